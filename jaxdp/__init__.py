@@ -1,0 +1,52 @@
+"""jaxdp: JAX kernels and mechanisms for differentially private synthetic data and query release.
+
+The functional core: a mechanism is built by a factory that validates its input and fixes a
+privacy plan on the host, then `run(mechanism, key)` executes its `step(state, key)` rounds under
+jit and returns the final state with an audited ledger; `release` turns the state into output.
+"""
+
+from jaxdp import accounting, audit, datasets, keys, noise, queries
+from jaxdp.accounting import BudgetExceededError, Plan
+from jaxdp.audit import AuditError, LedgerEntry, rho_spent
+from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_csv, write_csv
+from jaxdp.evaluate import answer_errors, workload_errors
+from jaxdp.keys import secure_root_key
+from jaxdp.loop import RunResult, release, run
+from jaxdp.mechanisms import Gaussian, Independent, gaussian, independent
+from jaxdp.types import Neighboring, Sensitive
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AuditError",
+    "BudgetExceededError",
+    "Categorical",
+    "DataError",
+    "Dataset",
+    "Domain",
+    "Gaussian",
+    "Independent",
+    "LedgerEntry",
+    "Neighboring",
+    "Numeric",
+    "Plan",
+    "RunResult",
+    "Sensitive",
+    "__version__",
+    "accounting",
+    "answer_errors",
+    "audit",
+    "datasets",
+    "gaussian",
+    "independent",
+    "keys",
+    "noise",
+    "queries",
+    "read_csv",
+    "release",
+    "rho_spent",
+    "run",
+    "secure_root_key",
+    "workload_errors",
+    "write_csv",
+]

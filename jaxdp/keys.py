@@ -1,0 +1,74 @@
+"""All key derivation.
+
+The key of every random draw is a pure function of the root key, the round and a named purpose:
+
+    init:     stream_key(root, Stream.INIT)
+    round t:  round_key(root, t) = fold_in(stream_key(root, Stream.ROUNDS), t)
+              then stream_key(round_key, Stream.SELECT | MEASURE | UPDATE)
+    release:  stream_key(root, Stream.RELEASE)
+
+so adding a draw to one purpose never shifts the others, and an audit can replay every key from
+the root. The root key is as secret as the data: whoever holds it can regenerate the noise.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+
+import jax
+import numpy as np
+
+from jaxdp.types import Key
+
+
+class Stream(enum.IntEnum):
+    """Purpose tags folded into keys. Values are arbitrary but fixed forever (replay needs them)."""
+
+    INIT = 0x1A17
+    ROUNDS = 0x20D5
+    SELECT = 0x5E1E
+    MEASURE = 0x3EA5
+    UPDATE = 0x0FDA
+    RELEASE = 0x7E1E
+
+
+def is_typed_key(key: object) -> bool:
+    """True for a new-style typed PRNG key array (`jax.random.key`)."""
+    dtype = getattr(key, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def require_key(key: object, name: str = "key") -> Key:
+    """Return `key` if it is a single typed PRNG key, else raise TypeError naming the argument."""
+    if not is_typed_key(key):
+        hint = (
+            " Integer seeds are not accepted: use jax.random.key(seed) for a reproducible run or "
+            "jaxdp.keys.secure_root_key() for a release."
+        )
+        raise TypeError(f"{name} must be a typed JAX key, got {type(key).__name__}.{hint}")
+    if getattr(key, "shape", ()) != ():
+        raise TypeError(f"{name} must be a single key (shape ()), got shape {key.shape}")
+    return key  # type: ignore[return-value]
+
+
+def stream_key(key: Key, stream: Stream) -> Key:
+    """The key for one purpose, derived from `key` by folding in the stream tag."""
+    return jax.random.fold_in(key, int(stream))
+
+
+def round_key(root: Key, t) -> Key:
+    """The key of round `t` (int or traced int32), derived from the root key."""
+    return jax.random.fold_in(stream_key(root, Stream.ROUNDS), t)
+
+
+def secure_root_key() -> Key:
+    """A root key filled from the operating system's secure entropy (`os.urandom`).
+
+    `jax.random.key(int)` keeps only 32 bits of an integer seed, too few for a release whose noise
+    must be unguessable; this fills the key's whole state instead. Note that jax.random itself is a
+    reproducible counter-based generator, not a vetted cryptographic RNG (see docs/privacy.md).
+    """
+    impl_shape = jax.random.key_data(jax.random.key(0)).shape
+    words = np.frombuffer(os.urandom(4 * int(np.prod(impl_shape))), dtype=np.uint32)
+    return jax.random.wrap_key_data(words.reshape(impl_shape))

@@ -1,0 +1,75 @@
+"""Pieces every mechanism factory shares: budget plans, relations, sensitivities, inputs."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from jaxdp import _checks
+from jaxdp.accounting import CONVERSIONS, Plan
+from jaxdp.domain import DataError, Dataset
+from jaxdp.types import Array, Charge, Neighboring, Sensitive
+
+
+class RoundInfo(NamedTuple):
+    """Releasable per-round diagnostics: the charges of the private primitives it invoked."""
+
+    charges: tuple[Charge, ...]
+
+
+def make_plan(epsilon: float | None, delta: float | None, rho: float | None, conversion: str) -> Plan:
+    """The budget from either (epsilon, delta) or rho (exactly one of the two forms)."""
+    _checks.one_of(conversion, CONVERSIONS, "conversion")
+    if rho is not None:
+        if epsilon is not None:
+            raise ValueError("give either epsilon (with delta) or rho, not both")
+        return Plan.from_rho(rho)
+    if epsilon is None or delta is None:
+        raise ValueError("a budget needs epsilon and delta (or rho)")
+    return Plan.from_epsilon_delta(epsilon, delta, conversion)
+
+
+def as_relation(relation: Neighboring | str) -> Neighboring:
+    """Accept the enum or its string value ("add-remove", "replace-one")."""
+    if isinstance(relation, Neighboring):
+        return relation
+    values = [r.value for r in Neighboring]
+    _checks.one_of(relation, values, "relation")
+    return Neighboring(relation)
+
+
+def marginal_l2_sensitivity(n_marginals: int, relation: Neighboring, n_records: int) -> float:
+    """L2 sensitivity of the concatenated answers of `n_marginals` marginals.
+
+    One record sits in exactly one cell of each marginal. Add/remove on counts: each marginal
+    changes by 1 in one cell, so sqrt(m). Replace-one on fractions (n public): each marginal
+    changes by 1/n in at most two cells, so sqrt(2 m) / n.
+    """
+    if relation is Neighboring.ADD_REMOVE:
+        return math.sqrt(n_marginals)
+    return math.sqrt(2.0 * n_marginals) / n_records
+
+
+def require_categorical(data: Dataset, mechanism: str) -> None:
+    numeric = [a.name for a in data.domain.numeric]
+    if numeric:
+        raise DataError(
+            f"{mechanism} works on categorical attributes; numeric column(s) {numeric} must be "
+            "declared categorical (binned with public edges) or synthesised with rap++"
+        )
+
+
+def private_codes(data: Dataset) -> Sensitive:
+    """The records' categorical codes as a private leaf (so jit never embeds them)."""
+    if not isinstance(data, Dataset):
+        raise TypeError(f"data must be a jaxdp.Dataset, got {type(data).__name__}")
+    if len(data) == 0:
+        raise DataError("the table is empty (0 records)")
+    return Sensitive(jnp.asarray(data.codes, jnp.int32))
+
+
+def answers_view(counts: Array, relation: Neighboring, n_records: int) -> Array:
+    """Counts under add/remove; fractions (counts / n, n public) under replace-one."""
+    return counts if relation is Neighboring.ADD_REMOVE else counts / n_records

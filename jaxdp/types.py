@@ -1,0 +1,120 @@
+"""Shared types: array aliases, the neighbouring relation, the `Sensitive` taint and the
+mechanism protocol.
+
+`Sensitive` marks a value computed from the private data. It is a pytree whose only leaf is the
+value, so `jax.jit` receives it as an argument and never bakes it into a compiled program as a
+constant. Code outside `jaxdp.noise` may transform a sensitive value (`.map`) but cannot read it:
+the result stays `Sensitive` until a noise primitive releases it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import jax
+
+Array = jax.Array
+Key = jax.Array  # a typed key, as made by jax.random.key / jaxdp.keys.secure_root_key
+
+T = TypeVar("T")
+
+
+class Neighboring(enum.Enum):
+    """Which pairs of datasets the privacy guarantee treats as neighbours.
+
+    ADD_REMOVE: D' is D with one record added or removed; the record count n is private, so
+        mechanisms measure counts.
+    REPLACE_ONE: D' is D with one record replaced; n is public, so mechanisms measure
+        normalised answers (fractions), whose sensitivity carries a 1/n.
+    """
+
+    ADD_REMOVE = "add-remove"
+    REPLACE_ONE = "replace-one"
+
+
+@jax.tree_util.register_pytree_node_class
+class Sensitive:
+    """A value derived from private data; only `jaxdp.noise` may release it.
+
+    Args:
+        value: any pytree of arrays computed from the private records.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any):
+        self._value = value
+
+    def map(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Sensitive:
+        """Apply `fn` to the private value; the result is still private."""
+        return Sensitive(fn(self._value, *args, **kwargs))
+
+    def tree_flatten(self):
+        return (self._value,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(children[0])
+
+    def __repr__(self) -> str:
+        # Shapes are public (they follow from the declared domain and workload); values are not.
+        shapes = jax.tree_util.tree_map(lambda a: getattr(a, "shape", "?"), self._value)
+        return f"Sensitive(<hidden>, shapes={shapes})"
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("a Sensitive value cannot be converted to an array; release it via jaxdp.noise")
+
+    def __bool__(self):
+        raise TypeError("a Sensitive value cannot be branched on; release it via jaxdp.noise")
+
+
+def static_field(**kwargs: Any) -> Any:
+    """A dataclass field that is pytree metadata (hashable, part of the compiled program)."""
+    return dataclasses.field(metadata={"static": True}, **kwargs)
+
+
+def pytree_dataclass(cls: type[T]) -> type[T]:
+    """Make `cls` a frozen dataclass registered as a pytree.
+
+    Fields declared with `static_field()` are metadata (static under jit: sizes, noise scales,
+    rounds, workload structure); all other fields are leaves (arrays, `Sensitive` inputs).
+    """
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    fields = dataclasses.fields(cls)
+    meta = [f.name for f in fields if f.metadata.get("static", False)]
+    data = [f.name for f in fields if not f.metadata.get("static", False)]
+    return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+
+
+class Charge(NamedTuple):
+    """One invocation of a private primitive, as recorded in a round's Info.
+
+    Fields are arrays so that `lax.scan` can stack them over rounds; `jaxdp.audit` turns them into
+    host-side ledger entries and recomputes rho in float64 from (primitive, sensitivity, scale).
+
+    primitive: int32 code of the primitive (see `jaxdp.noise.PRIMITIVES`).
+    sensitivity: the declared sensitivity (L2 for Gaussian, L1 for Laplace, score sensitivity for
+        selection).
+    scale: the noise scale used (sigma, Laplace b, or the Gumbel scale).
+    count: how many outputs it released (k for top-k, else 1).
+    """
+
+    primitive: Array
+    sensitivity: Array
+    scale: Array
+    count: Array
+
+
+class Mechanism(Protocol):
+    """The shape every mechanism has (see DESIGN.md section 3)."""
+
+    relation: Neighboring
+
+    def init(self, key: Key) -> Any: ...
+
+    def step(self, state: Any, key: Key) -> tuple[Any, Any]: ...
+
+    def release(self, state: Any, key: Key) -> Any: ...
