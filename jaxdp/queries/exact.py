@@ -28,7 +28,7 @@ def marginal_counts(codes: Array, workload: MarginalWorkload, dtype=jnp.float32)
     answers = []
     for i, clique in enumerate(workload.cliques):
         strides = jnp.asarray(workload.strides(i), jnp.int32)
-        cell = jnp.sum(codes[:, list(clique)] * strides, axis=1)
+        cell = jnp.sum(codes[:, list(clique)] * strides[None, :], axis=1)
         answers.append(jax.ops.segment_sum(ones, cell, num_segments=workload.cells[i]))
     return jnp.concatenate(answers)
 

@@ -1,0 +1,113 @@
+"""The contract every mechanism passes (DESIGN.md section 7)."""
+
+import jax
+import numpy as np
+import pytest
+
+from jaxdp import audit, loop
+from jaxdp.keys import Stream, round_key, stream_key
+
+from .conftest import tiny_dataset
+
+
+def _leaves_equal(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+    )
+
+
+def _python_run(mech, key):
+    state = mech.init(stream_key(key, Stream.INIT))
+    for t in range(mech.rounds):
+        state, _ = mech.step(state, round_key(key, t))
+    return state
+
+
+def test_jit_parity(build):
+    mech, key = build(), jax.random.key(0)
+    jitted = loop.run(mech, key).state
+    eager = _python_run(mech, key)
+    for x, y in zip(jax.tree_util.tree_leaves(jitted), jax.tree_util.tree_leaves(eager), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+
+
+def test_state_shapes_are_fixed(build):
+    mech, key = build(), jax.random.key(1)
+    state = mech.init(stream_key(key, Stream.INIT))
+    shapes = jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), state)
+    for t in range(mech.rounds):
+        state, _ = mech.step(state, round_key(key, t))
+        assert jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), state) == shapes
+
+
+def test_same_key_same_output_different_key_different_output(build):
+    mech = build()
+    first = loop.run(mech, jax.random.key(2))
+    second = loop.run(mech, jax.random.key(2))
+    other = loop.run(mech, jax.random.key(3))
+    assert _leaves_equal(first.state, second.state) and _leaves_equal(first.info, second.info)
+    assert not _leaves_equal(first.state, other.state)
+    out_a = loop.release(mech, first.state, jax.random.key(2))
+    out_b = loop.release(mech, second.state, jax.random.key(2))
+    np.testing.assert_array_equal(np.asarray(out_a), np.asarray(out_b))
+    assert audit.replay(mech, jax.random.key(2), first)
+
+
+def test_step_is_traced_once(build, monkeypatch):
+    mech = build(epsilon=0.777)  # a plan no other test uses, so the first run must compile
+    cls = type(mech)
+    traces = []
+    original = cls.step
+
+    def counting_step(self, state, key):
+        traces.append(1)
+        return original(self, state, key)
+
+    monkeypatch.setattr(cls, "step", counting_step)
+    loop.run(mech, jax.random.key(4))
+    after_first = len(traces)
+    loop.run(mech, jax.random.key(5))  # same shapes and plan: the compiled program is reused
+    assert after_first == 1 and len(traces) == after_first
+
+
+def test_ledger_equals_plan_and_budget_is_kept(build):
+    mech = build()
+    result = loop.run(mech, jax.random.key(6))
+    planned = sum(c.times for c in mech.plan.charges)
+    assert len(result.ledger) == planned
+    audit.check_ledger(list(result.ledger), mech.plan)  # complete: every planned draw happened
+    spent = audit.rho_spent(result.ledger)
+    assert spent <= mech.plan.rho_budget
+    assert spent == pytest.approx(mech.plan.rho_planned, rel=1e-12)
+    assert float(result.state.rho_spent) == pytest.approx(spent, rel=1e-6)
+
+
+def test_more_rounds_than_planned_are_refused(build):
+    mech = build()
+    with pytest.raises(ValueError, match="exceeds"):
+        loop.run(mech, jax.random.key(7), rounds=mech.rounds + 1)
+
+
+def test_no_private_array_in_the_compiled_program(build):
+    data = tiny_dataset()
+    mech = build(data)
+    key = jax.random.key(8)
+
+    def program(m, k):
+        state = m.init(stream_key(k, Stream.INIT))
+        return loop._scan_rounds(m, state, k, 0, m.rounds)
+
+    closed = jax.make_jaxpr(program)(mech, key)
+    for const in closed.consts:
+        const = np.asarray(const)
+        assert const.size < len(data), "a constant as large as the data was baked into the program"
+        assert not np.array_equal(const, data.codes)
+    # and the data enters as an argument instead
+    arg_shapes = [tuple(v.aval.shape) for v in closed.jaxpr.invars]
+    assert data.codes.shape in arg_shapes
+
+
+def test_integer_seed_is_refused(build):
+    with pytest.raises(TypeError, match="typed JAX key"):
+        loop.run(build(), 0)
