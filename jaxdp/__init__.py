@@ -12,7 +12,7 @@ from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_
 from jaxdp.evaluate import answer_errors, workload_errors
 from jaxdp.keys import secure_root_key
 from jaxdp.loop import RunResult, release, run
-from jaxdp.mechanisms import Gaussian, Independent, gaussian, independent
+from jaxdp.mechanisms import Gaussian, Independent, gaussian, independent, mwem, pep, pep_pub, pmw_pub
 from jaxdp.types import Neighboring, Sensitive
 
 __version__ = "0.1.0"
@@ -40,7 +40,11 @@ __all__ = [
     "gaussian",
     "independent",
     "keys",
+    "mwem",
     "noise",
+    "pep",
+    "pep_pub",
+    "pmw_pub",
     "queries",
     "read_csv",
     "release",

@@ -26,13 +26,16 @@ from jaxdp.audit import rho_spent
 from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_rows
 from jaxdp.evaluate import answer_errors, fractions, workload_errors
 from jaxdp.keys import secure_root_key
-from jaxdp.mechanisms import gaussian, independent
+from jaxdp.mechanisms import gaussian, independent, mwem, pep
 from jaxdp.queries import MarginalWorkload, all_kway, from_names
 from jaxdp.types import Neighboring
 
 DEFAULT_DELTA = 1e-9
+DEFAULT_ROUNDS = 25  # PEP's setting on ADULT (reduced); capped at the workload's marginals
 ONE_ROUND = ("independent", "gaussian")
-MECHANISMS = ("independent", "gaussian")
+PUBLIC = ("pmw-pub", "pep-pub")
+ADAPTIVE = {"mwem": mwem, "pep": pep, "pmw-pub": mwem, "pep-pub": pep}
+MECHANISMS = (*ONE_ROUND, *ADAPTIVE)
 
 
 class CLIError(Exception):
@@ -61,7 +64,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     _add_data_args(synth)
     synth.add_argument("--workload", default="all-3way", help="all-Kway (e.g. all-3way) or a JSON file")
-    synth.add_argument("--rounds", type=int, help="rounds for iterative mechanisms")
+    synth.add_argument(
+        "--rounds",
+        type=int,
+        help=f"rounds T of adaptive mechanisms (default {DEFAULT_ROUNDS}, at most the marginals)",
+    )
+    synth.add_argument("--public", help="public CSV over the same domain (pmw-pub, pep-pub)")
     synth.add_argument(
         "--seed",
         type=int,
@@ -145,10 +153,16 @@ def _synth(args: argparse.Namespace) -> None:
     data = _load_input(args.dataset, args.data, args.domain, args.schema)
     workload = _workload(args.workload, data.domain)
     budget = dict(epsilon=args.epsilon, delta=args.delta, relation=args.relation, conversion=args.conversion)
+    if (args.public is not None) != (args.mechanism in PUBLIC):
+        raise CLIError("--public is required by pmw-pub and pep-pub, and used by no other mechanism")
     if args.mechanism == "independent":
         mech = independent(data, **budget)
-    else:
+    elif args.mechanism == "gaussian":
         mech = gaussian(data, workload, **budget)
+    else:
+        rounds = args.rounds if args.rounds is not None else min(DEFAULT_ROUNDS, len(workload))
+        public = read_csv(args.public, data.domain) if args.public is not None else None
+        mech = ADAPTIVE[args.mechanism](data, workload, rounds=rounds, public=public, **budget)
 
     if args.seed is not None:
         print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
@@ -215,7 +229,7 @@ def _synth(args: argparse.Namespace) -> None:
 
 
 def _progress(done: int, total: int) -> None:
-    print(f"jaxdp: round {done}/{total}", file=sys.stderr)
+    print(f"jaxdp: round {done}/{total}", file=sys.stderr, flush=True)
 
 
 def _dataset_csv(data: Dataset) -> str:

@@ -85,9 +85,13 @@ def run(
 
 
 def _block_sizes(rounds: int, progress: Progress | None, blocks: int) -> list[int]:
+    """Rounds per compiled block: one block without progress reporting; otherwise about
+    `blocks` equal blocks, preferring a block size that divides `rounds` (one compiled program)
+    and falling back to a shorter last block (a second program)."""
     if progress is None or rounds == 1:
         return [rounds]
-    size = -(-rounds // max(1, blocks))
+    target = -(-rounds // max(1, blocks))
+    size = next((s for s in range(target, 2 * target + 1) if rounds % s == 0), target)
     return [size] * (rounds // size) + ([rounds % size] if rounds % size else [])
 
 

@@ -19,27 +19,47 @@ def tiny_dataset(n: int = 400, seed: int = 0) -> Dataset:
     return Dataset.from_codes(TINY_DOMAIN, np.stack([a, b, c, d], axis=1))
 
 
+def _two_way(data):
+    return all_kway(data.domain.sizes, 2)
+
+
+def _public(data):
+    return tiny_dataset(n=60, seed=99)
+
+
 FACTORIES = {
     "independent": lambda data, **kw: jaxdp.independent(data, **kw),
-    "gaussian": lambda data, **kw: jaxdp.gaussian(data, all_kway(data.domain.sizes, 2), **kw),
+    "gaussian": lambda data, **kw: jaxdp.gaussian(data, _two_way(data), **kw),
+    "mwem": lambda data, **kw: jaxdp.mwem(data, _two_way(data), rounds=4, **kw),
+    "mwem-single-query": lambda data, **kw: jaxdp.mwem(
+        data, _two_way(data), rounds=4, marginal_trick=False, **kw
+    ),
+    "pep": lambda data, **kw: jaxdp.pep(data, _two_way(data), rounds=4, **kw),
+    "pep-single-query": lambda data, **kw: jaxdp.pep(
+        data, _two_way(data), rounds=4, marginal_trick=False, **kw
+    ),
+    "pmw-pub": lambda data, **kw: jaxdp.pmw_pub(data, _two_way(data), rounds=4, public=_public(data), **kw),
+    "pep-pub": lambda data, **kw: jaxdp.pep_pub(data, _two_way(data), rounds=4, public=_public(data), **kw),
 }
+# Mechanisms that measure normalised answers support only the replace-one relation.
+REPLACE_ONE_ONLY = {"mwem", "mwem-single-query", "pep", "pep-single-query", "pmw-pub", "pep-pub"}
 
 
-@pytest.fixture(params=sorted(FACTORIES))
-def mechanism_name(request):
-    return request.param
+CASES = [
+    (name, relation)
+    for name in sorted(FACTORIES)
+    for relation in ("replace-one", "add-remove")
+    if relation == "replace-one" or name not in REPLACE_ONE_ONLY
+]
 
 
-@pytest.fixture(params=["replace-one", "add-remove"])
-def relation(request):
-    return request.param
+@pytest.fixture(params=CASES, ids=[f"{n}-{r}" for n, r in CASES])
+def build(request):
+    name, relation = request.param
 
-
-@pytest.fixture
-def build(mechanism_name, relation):
     def _build(data=None, **kw):
         kw.setdefault("epsilon", 1.0)
         kw.setdefault("delta", 1e-6)
-        return FACTORIES[mechanism_name](data or tiny_dataset(), relation=relation, **kw)
+        return FACTORIES[name](data or tiny_dataset(), relation=relation, **kw)
 
     return _build
