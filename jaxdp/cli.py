@@ -24,7 +24,7 @@ from jaxdp._io import atomic_open
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError, epsilon_from_rho
 from jaxdp.audit import rho_spent
 from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_rows
-from jaxdp.evaluate import answer_errors, fractions, workload_errors
+from jaxdp.evaluate import answer_errors, best_mixture_error, fractions, workload_errors
 from jaxdp.keys import secure_root_key
 from jaxdp.mechanisms import gaussian, independent, mwem, pep
 from jaxdp.queries import MarginalWorkload, all_kway, from_names
@@ -155,13 +155,13 @@ def _synth(args: argparse.Namespace) -> None:
     budget = dict(epsilon=args.epsilon, delta=args.delta, relation=args.relation, conversion=args.conversion)
     if (args.public is not None) != (args.mechanism in PUBLIC):
         raise CLIError("--public is required by pmw-pub and pep-pub, and used by no other mechanism")
+    public = read_csv(args.public, data.domain) if args.public is not None else None
     if args.mechanism == "independent":
         mech = independent(data, **budget)
     elif args.mechanism == "gaussian":
         mech = gaussian(data, workload, **budget)
     else:
         rounds = args.rounds if args.rounds is not None else min(DEFAULT_ROUNDS, len(workload))
-        public = read_csv(args.public, data.domain) if args.public is not None else None
         mech = ADAPTIVE[args.mechanism](data, workload, rounds=rounds, public=public, **budget)
 
     if args.seed is not None:
@@ -217,6 +217,8 @@ def _synth(args: argparse.Namespace) -> None:
             "queries": workload.n_queries,
             **errors,
         }
+        if public is not None:
+            errors["best_mixture_error"] = best_mixture_error(data, public, workload)
         outputs[args.errors] = json.dumps(errors, indent=2) + "\n"
     for path, text in outputs.items():
         with atomic_open(path) as fh:

@@ -53,3 +53,41 @@ def workload_errors(real: Dataset, synthetic: Dataset, workload: MarginalWorkloa
     if real.domain.sizes != synthetic.domain.sizes:
         raise ValueError("real and synthetic tables must share the same categorical domain")
     return answer_errors(fractions(real, workload), fractions(synthetic, workload), workload)
+
+
+def best_mixture_error(real: Dataset, public: Dataset, workload: MarginalWorkload) -> float:
+    """The smallest max error any reweighting of the public records can reach on `workload`.
+
+    min over distributions mu on the public records of max_q |q(real) - sum_x mu_x q(x)|: the
+    floor PMW-Pub and PEP-Pub cannot beat (Liu et al. 2021). Solved as a linear program with
+    HiGHS (scipy) on the sparse query-by-record incidence matrix. Uses the real data: a
+    diagnostic for the data holder, not a private release.
+    """
+    from scipy import optimize, sparse  # scipy ships with jax; only this diagnostic needs it
+
+    if real.domain.sizes != public.domain.sizes:
+        raise ValueError("real and public tables must share the same categorical domain")
+    codes = public.codes.astype(np.int64)
+    n_pub, m = len(public), workload.n_queries
+    rows = np.concatenate(
+        [
+            offset + codes[:, list(clique)] @ np.asarray(workload.strides(i))
+            for i, (clique, offset) in enumerate(zip(workload.cliques, workload.offsets, strict=True))
+        ]
+    )
+    cols = np.tile(np.arange(n_pub), len(workload))
+    incidence = sparse.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(m, n_pub))
+    target = fractions(real, workload)
+    # variables [mu (n_pub), t]; minimise t s.t. +-(A mu - a) <= t, sum mu = 1, mu >= 0
+    ones = sparse.csr_matrix(np.ones((m, 1)))
+    a_ub = sparse.vstack([sparse.hstack([incidence, -ones]), sparse.hstack([-incidence, -ones])])
+    b_ub = np.concatenate([target, -target])
+    a_eq = sparse.csr_matrix(np.concatenate([np.ones(n_pub), [0.0]])[None, :])
+    cost = np.zeros(n_pub + 1)
+    cost[-1] = 1.0
+    result = optimize.linprog(
+        cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=(0, None), method="highs"
+    )
+    if not result.success:
+        raise RuntimeError(f"best-mixture LP did not solve: {result.message}")
+    return float(result.x[-1])

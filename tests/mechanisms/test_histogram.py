@@ -157,6 +157,21 @@ def test_public_support_mechanisms_sample_public_records():
     assert codes.shape == (500, 4) and all(tuple(r) in public_rows for r in codes.tolist())
 
 
+def test_public_methods_cannot_beat_the_best_mixture_error():
+    data = tiny_dataset(n=2000)
+    workload = all_kway(data.domain.sizes, 2)
+    # a public sample that misses attribute c = 1 entirely: its support cannot fit the data
+    biased = Dataset.from_codes(data.domain, data.codes[data.codes[:, 2] == 0][:200])
+    floor = evaluate.best_mixture_error(data, biased, workload)
+    assert floor > 0.2
+    assert evaluate.best_mixture_error(data, data, workload) == pytest.approx(0.0, abs=1e-9)
+    mech = jaxdp.pep_pub(data, workload, public=biased, rho=1e4, rounds=len(workload), max_steps=100)
+    state = loop.run(mech, jax.random.key(3)).state
+    est = np.asarray(mech.support.answers(mech.distribution(state)), np.float64)
+    error = evaluate.answer_errors(evaluate.fractions(data, workload), est, workload)["max_abs"]
+    assert error >= floor - 1e-6
+
+
 def test_refusals():
     data = tiny_dataset()
     workload = all_kway(data.domain.sizes, 2)
