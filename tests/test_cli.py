@@ -205,3 +205,39 @@ def test_module_entry_point_exits_nonzero_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_adaptive_histogram_mechanisms_run_from_the_cli(tmp_path, capsys):
+    from jaxdp.domain import write_csv
+
+    public = tmp_path / "public.csv"
+    data = datasets.load("adult-reduced")
+    write_csv(public, type(data)(data.domain, data.codes[::50], data.numeric[::50]))
+    common = ["--dataset", "adult-reduced", "--epsilon", "1", "--seed", "0", "--rounds", "3"]
+    for name in ("mwem", "pep", "pmw-pub", "pep-pub"):
+        extra = ["--public", str(public)] if name.endswith("-pub") else []
+        out = tmp_path / f"{name}.csv"
+        argv = ["synth", "--mechanism", name, *common, *extra, "--out", str(out), "--report"]
+        assert (
+            main([*argv, str(tmp_path / f"{name}.json"), "--errors", str(tmp_path / f"{name}-e.json")]) == 0
+        )
+        report = json.loads((tmp_path / f"{name}.json").read_text())
+        assert len(report["ledger"]) == 6 and report["rho_spent"] <= report["rho_budget"]
+        assert {e["primitive"] for e in report["ledger"]} == {"exponential", "gaussian"}
+        errors = json.loads((tmp_path / f"{name}-e.json").read_text())
+        assert ("best_mixture_error" in errors) == name.endswith("-pub")
+        assert "round 3/3" in capsys.readouterr().err
+
+
+def test_histogram_mechanisms_refuse_what_they_cannot_do(tmp_path, capsys):
+    out = ["--out", str(tmp_path / "o.csv")]
+    assert main(["synth", "--mechanism", "pep", "--dataset", "adult", "--epsilon", "1", *out]) == 2
+    assert "explicit histogram" in capsys.readouterr().err
+    assert (
+        main(["synth", "--mechanism", "pep-pub", "--dataset", "adult-reduced", "--epsilon", "1", *out]) == 2
+    )
+    assert "--public is required" in capsys.readouterr().err
+    argv = ["synth", "--mechanism", "pep", "--dataset", "adult-reduced", "--epsilon", "1", "--rounds", "99"]
+    assert main([*argv, *out]) == 2
+    assert "exceeds the 35 marginals" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
