@@ -76,7 +76,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="make the run reproducible bit for bit; without it the key comes from OS entropy. "
         "Anyone who knows the seed can regenerate the noise: do not use one for a real release",
     )
-    synth.add_argument("--rows", type=int, help="synthetic rows (default: the record count)")
+    synth.add_argument(
+        "--rows",
+        type=int,
+        help="synthetic rows (default: the record count under replace-one; a noisy estimate of it "
+        "under add-remove)",
+    )
     synth.add_argument(
         "--relation",
         default=Neighboring.REPLACE_ONE.value,
@@ -148,6 +153,8 @@ def _synth(args: argparse.Namespace) -> None:
         raise CLIError(f"mechanism {args.mechanism!r} runs exactly one round; drop --rounds")
     if args.rows is not None and args.rows < 1:
         raise CLIError(f"--rows must be >= 1, got {args.rows}")
+    if args.seed is not None and not 0 <= args.seed < 2**32:
+        raise CLIError("--seed must be in [0, 2^32): jax.random.key keeps 32 bits of it")
     _check_writable(args.out, args.report, args.errors)
     started = time.perf_counter()
     data = _load_input(args.dataset, args.data, args.domain, args.schema)

@@ -105,7 +105,8 @@ def exponential(
             (`accounting.gumbel_scale`).
         sensitivity: sensitivity of each score under the neighbouring relation.
         mask: optional (n_candidates,) bool of eligible candidates (public, e.g. "not measured
-            yet"); at least one must be True.
+            yet"). At least one must be True: with none, index 0 is returned. Callers guarantee
+            it (factories refuse more rounds than candidates).
 
     Returns:
         (int32 index of the selected candidate, Charge).
@@ -133,7 +134,9 @@ def gumbel_top_k(
     """One-shot report-noisy-top-k with Gumbel noise: the k largest of score/scale + Gumbel.
 
     Equivalent in distribution to k exponential mechanisms run in sequence without replacement
-    (Durfee & Rogers 2019).
+    (Durfee & Rogers 2019). `mask`, if given, must leave at least k candidates eligible; with
+    fewer, masked candidates fill the remaining places (callers guarantee it, as factories
+    refuse plans that select more than there are).
 
     Returns:
         ((k,) int32 indices, best first; Charge with count k).

@@ -61,12 +61,22 @@ def require_categorical(data: Dataset, mechanism: str) -> None:
         )
 
 
+# Counts are accumulated in float32, exact only up to 2^24: beyond it one record could move a
+# count by more than the declared sensitivity of 1.
+MAX_RECORDS = 2**24
+
+
 def private_codes(data: Dataset) -> Sensitive:
     """The records' categorical codes as a private leaf (so jit never embeds them)."""
     if not isinstance(data, Dataset):
         raise TypeError(f"data must be a jaxdp.Dataset, got {type(data).__name__}")
     if len(data) == 0:
         raise DataError("the table is empty (0 records)")
+    if len(data) >= MAX_RECORDS:
+        raise DataError(
+            f"the table has {len(data):,} records; float32 counts are exact only below {MAX_RECORDS:,}, "
+            "so the declared sensitivities would not hold"
+        )
     return Sensitive(jnp.asarray(data.codes, jnp.int32))
 
 

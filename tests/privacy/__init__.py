@@ -1,0 +1,1 @@
+"""Statistical privacy tests: noise samplers, empirical DP on neighbours, accounting oracles."""
