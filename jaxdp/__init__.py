@@ -12,7 +12,22 @@ from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_
 from jaxdp.evaluate import answer_errors, workload_errors
 from jaxdp.keys import secure_root_key
 from jaxdp.loop import RunResult, release, run
-from jaxdp.mechanisms import Gaussian, Independent, gaussian, independent, mwem, pep, pep_pub, pmw_pub
+from jaxdp.mechanisms import (
+    Gaussian,
+    Independent,
+    dualquery,
+    fem,
+    gaussian,
+    gem,
+    gem_pub,
+    independent,
+    mwem,
+    pep,
+    pep_pub,
+    pmw_pub,
+    rap,
+    rap_softmax,
+)
 from jaxdp.types import Neighboring, Sensitive
 
 __version__ = "0.1.0"
@@ -37,7 +52,11 @@ __all__ = [
     "answer_errors",
     "audit",
     "datasets",
+    "dualquery",
+    "fem",
     "gaussian",
+    "gem",
+    "gem_pub",
     "independent",
     "keys",
     "mwem",
@@ -46,6 +65,8 @@ __all__ = [
     "pep_pub",
     "pmw_pub",
     "queries",
+    "rap",
+    "rap_softmax",
     "read_csv",
     "release",
     "rho_spent",

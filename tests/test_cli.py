@@ -232,7 +232,7 @@ def test_adaptive_histogram_mechanisms_run_from_the_cli(tmp_path, capsys):
 def test_histogram_mechanisms_refuse_what_they_cannot_do(tmp_path, capsys):
     out = ["--out", str(tmp_path / "o.csv")]
     assert main(["synth", "--mechanism", "pep", "--dataset", "adult", "--epsilon", "1", *out]) == 2
-    assert "explicit histogram" in capsys.readouterr().err
+    assert "dense histogram" in capsys.readouterr().err
     assert (
         main(["synth", "--mechanism", "pep-pub", "--dataset", "adult-reduced", "--epsilon", "1", *out]) == 2
     )

@@ -17,14 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp.queries import MarginalWorkload
+from jaxdp.queries import MarginalWorkload, check_enumerable, histogram_marginals
 from jaxdp.types import Array, Key, pytree_dataclass, static_field
-
-MAX_DENSE_CELLS = 50_000_000  # float32 log-weights of 200 MB: beyond this use a relaxed family
-
-
-class DomainTooLargeError(ValueError):
-    """The domain has too many cells for an explicit histogram."""
 
 
 @pytree_dataclass
@@ -63,12 +57,8 @@ class DenseSupport:
 
     @classmethod
     def of(cls, workload: MarginalWorkload) -> DenseSupport:
-        cells = math.prod(workload.sizes)
-        if cells > MAX_DENSE_CELLS:
-            raise DomainTooLargeError(
-                f"the domain has {cells:.3g} cells, more than the {MAX_DENSE_CELLS:.0e} an explicit "
-                "histogram can hold; use a relaxed or generator family (rap, gem) instead"
-            )
+        """Raises DataError (with the cell count) for a domain too large to enumerate."""
+        check_enumerable(workload.sizes)
         return cls(workload)
 
     @property
@@ -77,14 +67,7 @@ class DenseSupport:
 
     def answers(self, probabilities: Array) -> Array:
         """(n_queries,) marginal answers of a distribution over the domain."""
-        sizes = self.workload.sizes
-        tensor = probabilities.reshape(sizes)
-        return jnp.concatenate(
-            [
-                tensor.sum(axis=tuple(a for a in range(len(sizes)) if a not in clique)).reshape(-1)
-                for clique in self.workload.cliques
-            ]
-        )
+        return histogram_marginals(probabilities, self.workload)
 
     def marginal_answers(self, probabilities: Array, i: Array) -> Array:
         """(max_cells,) answers of marginal i alone (zero-padded), for a traced index i."""

@@ -1,10 +1,15 @@
 """Mechanisms: each a frozen pytree with init/step/release, built by a validating factory."""
 
 from jaxdp.mechanisms._histogram import AdaptiveHistogram
+from jaxdp.mechanisms._relaxed import RelaxedAdaptive
+from jaxdp.mechanisms.dualquery import dualquery
+from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import Gaussian, GaussianState, gaussian
+from jaxdp.mechanisms.gem import gem, gem_pub
 from jaxdp.mechanisms.independent import Independent, IndependentState, independent
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
+from jaxdp.mechanisms.rap import rap, rap_softmax
 
 __all__ = [
     "AdaptiveHistogram",
@@ -12,10 +17,17 @@ __all__ = [
     "GaussianState",
     "Independent",
     "IndependentState",
+    "RelaxedAdaptive",
+    "dualquery",
+    "fem",
     "gaussian",
+    "gem",
+    "gem_pub",
     "independent",
     "mwem",
     "pep",
     "pep_pub",
     "pmw_pub",
+    "rap",
+    "rap_softmax",
 ]

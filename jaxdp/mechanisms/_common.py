@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jaxdp import _checks
 from jaxdp.accounting import CONVERSIONS, Plan
 from jaxdp.domain import DataError, Dataset
+from jaxdp.queries import marginal_sensitivity
 from jaxdp.types import Array, Charge, Neighboring, Sensitive
 
 
@@ -41,15 +42,9 @@ def as_relation(relation: Neighboring | str) -> Neighboring:
 
 
 def marginal_l2_sensitivity(n_marginals: int, relation: Neighboring, n_records: int) -> float:
-    """L2 sensitivity of the concatenated answers of `n_marginals` marginals.
-
-    One record sits in exactly one cell of each marginal. Add/remove on counts: each marginal
-    changes by 1 in one cell, so sqrt(m). Replace-one on fractions (n public): each marginal
-    changes by 1/n in at most two cells, so sqrt(2 m) / n.
-    """
-    if relation is Neighboring.ADD_REMOVE:
-        return math.sqrt(n_marginals)
-    return math.sqrt(2.0 * n_marginals) / n_records
+    """L2 sensitivity of the concatenated answers of `n_marginals` marginals: one record touches
+    one cell of each, so sqrt(m) times one marginal's (`queries.marginal_sensitivity`)."""
+    return math.sqrt(n_marginals) * marginal_sensitivity(relation, n_records)[1]
 
 
 def require_categorical(data: Dataset, mechanism: str) -> None:

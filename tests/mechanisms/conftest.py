@@ -5,6 +5,8 @@ import pytest
 
 import jaxdp
 from jaxdp.domain import Dataset, Domain
+from jaxdp.mechanisms.dualquery import dualquery
+from jaxdp.mechanisms.fem import fem
 from jaxdp.queries import all_kway
 
 TINY_DOMAIN = Domain.from_sizes({"a": 3, "b": 4, "c": 2, "d": 5})
@@ -27,6 +29,8 @@ def _public(data):
     return tiny_dataset(n=60, seed=99)
 
 
+SMALL_GENERATOR = {"batch": 64, "hidden": (32, 32), "latent_dim": 8, "max_steps": 20}
+
 FACTORIES = {
     "independent": lambda data, **kw: jaxdp.independent(data, **kw),
     "gaussian": lambda data, **kw: jaxdp.gaussian(data, _two_way(data), **kw),
@@ -40,9 +44,36 @@ FACTORIES = {
     ),
     "pmw-pub": lambda data, **kw: jaxdp.pmw_pub(data, _two_way(data), rounds=4, public=_public(data), **kw),
     "pep-pub": lambda data, **kw: jaxdp.pep_pub(data, _two_way(data), rounds=4, public=_public(data), **kw),
+    "dualquery": lambda data, **kw: dualquery(data, _two_way(data), rounds=4, samples=5, **kw),
+    "fem": lambda data, **kw: fem(data, _two_way(data), rounds=4, samples=5, **kw),
+    "fem-milp": lambda data, **kw: fem(data, _two_way(data), rounds=3, samples=2, oracle="milp", **kw),
+    "rap": lambda data, **kw: jaxdp.rap(
+        data, _two_way(data), rounds=2, marginals_per_round=2, n_rows=50, max_steps=20, **kw
+    ),
+    "rap-softmax": lambda data, **kw: jaxdp.rap_softmax(
+        data, _two_way(data), rounds=3, marginals_per_round=1, n_rows=50, max_steps=20, **kw
+    ),
+    "gem": lambda data, **kw: jaxdp.gem(data, _two_way(data), rounds=3, **SMALL_GENERATOR, **kw),
+    "gem-pub": lambda data, **kw: jaxdp.gem_pub(
+        data, _two_way(data), rounds=3, public=_public(data), pretrain_steps=10, **SMALL_GENERATOR, **kw
+    ),
 }
 # Mechanisms that measure normalised answers support only the replace-one relation.
-REPLACE_ONE_ONLY = {"mwem", "mwem-single-query", "pep", "pep-single-query", "pmw-pub", "pep-pub"}
+REPLACE_ONE_ONLY = {
+    "mwem",
+    "mwem-single-query",
+    "pep",
+    "pep-single-query",
+    "pmw-pub",
+    "pep-pub",
+    "dualquery",
+    "fem",
+    "fem-milp",
+    "rap",
+    "rap-softmax",
+    "gem",
+    "gem-pub",
+}
 
 
 CASES = [

@@ -1,0 +1,568 @@
+"""Threshold queries on mixed-type data (RAP++, Vietri et al. 2022, Sections 2.1 and 3).
+
+Numeric columns live in [0, 1] (the domain's declared [lower, upper] normalised), categorical
+columns are codes. Records are `(codes (n, n_cat) int, numeric (n, n_num) float)`; relaxed rows
+are `(probs (K, sum of cat sizes), numeric (K, n_num))`.
+
+Two query classes, each with an exact form on records (hard thresholds, answers are counts) and a
+relaxed form on relaxed rows (tempered sigmoids, answers are means over rows):
+
+- mixed marginals (Definition 3): 1{x_C = y} * prod_{j in R} 1{x_j <= tau_j};
+- class-conditional linear thresholds (Definition 4): 1{<theta, x_R> <= tau and x_i = y}.
+
+Relaxation: RAP++ Definition 11 defines the tempered sigmoid f^[sigma]_tau(x) = 1 / (1 +
+exp(-sigma (x - tau))), a smooth 1{x >= tau}. The queries here count x <= tau, so they use
+1 - f^[sigma]_tau(x) = sigmoid(sigma (tau - x)) (`soft_leq`), which tends to 1{x <= tau} for every
+x != tau as sigma grows. Categorical conditions become products of probabilities, as in product
+queries.
+
+Random families follow RAP++ Section 5.1: theta ~ N(0, I) / sqrt(|R|), tau ~ N(0, 1), a label
+attribute i uniform over the given labels and y uniform over its values. `RandomLinearThresholds`
+holds only a key: each query's parameters are regenerated from fold_in(key, q) inside the kernel,
+so 200,000 queries cost no memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp.domain import DataError
+from jaxdp.keys import require_key
+from jaxdp.queries._chunks import DEFAULT_QUERY_CHUNK, DEFAULT_ROW_CHUNK, sum_over_rows
+from jaxdp.types import Array, Key, pytree_dataclass, static_field
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def tempered_sigmoid(x: Array, tau: Array, sigma: Array | float) -> Array:
+    """RAP++ Definition 11: f^[sigma]_tau(x) = 1 / (1 + exp(-sigma (x - tau))), a soft 1{x >= tau}."""
+    return jax.nn.sigmoid(sigma * (x - tau))
+
+
+def soft_leq(x: Array, tau: Array, sigma: Array | float) -> Array:
+    """1 - f^[sigma]_tau(x) = sigmoid(sigma (tau - x)): the relaxation of 1{x <= tau}."""
+    return jax.nn.sigmoid(sigma * (tau - x))
+
+
+def _offsets(sizes: Sequence[int]) -> Array:
+    return jnp.asarray(np.concatenate([[0], np.cumsum(sizes)[:-1]]), jnp.int32)
+
+
+def _check_rows(a: Array, b: Array, n_a: int, n_b: int, names: tuple[str, str]) -> None:
+    if a.ndim != 2 or a.shape[1] != n_a:
+        raise ValueError(f"{names[0]} must have shape (n_rows, {n_a}), got {tuple(a.shape)}")
+    if b.ndim != 2 or b.shape[1] != n_b or b.shape[0] != a.shape[0]:
+        raise ValueError(f"{names[1]} must have shape ({a.shape[0]}, {n_b}), got {tuple(b.shape)}")
+    if a.shape[0] == 0:
+        raise ValueError("no rows given")
+
+
+# -- mixed marginals ------------------------------------------------------------------------------
+
+
+@pytree_dataclass
+class MixedMarginalQueries:
+    """A batch of mixed-marginal queries 1{x_C = y} * prod_j 1{x_{R_j} <= tau_j}.
+
+    Attributes:
+        cat_attrs: (m, kc) int32 categorical attribute indices (kc may be 0).
+        cat_values: (m, kc) int32 required codes.
+        num_attrs: (m, kr) int32 numeric attribute indices (kr may be 0).
+        thresholds: (m, kr) float32 thresholds in normalised [0, 1] units.
+        sizes: categorical sizes (static).
+        n_numeric: number of numeric attributes (static).
+    """
+
+    cat_attrs: Array
+    cat_values: Array
+    num_attrs: Array
+    thresholds: Array
+    sizes: tuple[int, ...] = static_field()
+    n_numeric: int = static_field()
+
+    def __len__(self) -> int:
+        return int(self.cat_attrs.shape[0])
+
+    def take(self, ids: Array) -> MixedMarginalQueries:
+        """The queries at `ids` (traceable, fixed shape)."""
+        ids = jnp.asarray(ids)
+        return MixedMarginalQueries(
+            jnp.asarray(self.cat_attrs)[ids],
+            jnp.asarray(self.cat_values)[ids],
+            jnp.asarray(self.num_attrs)[ids],
+            jnp.asarray(self.thresholds)[ids],
+            self.sizes,
+            self.n_numeric,
+        )
+
+
+def mixed_marginal_grid(
+    sizes: Sequence[int],
+    n_numeric: int,
+    cat_attrs: Sequence[int],
+    num_attrs: Sequence[int],
+    thresholds: Sequence[float] | Sequence[Sequence[float]],
+) -> MixedMarginalQueries:
+    """All queries of one mixed marginal: every cell of C times every threshold combination.
+
+    Order (documented, like marginal cells): categorical cells row-major over the ascending
+    attributes C; within a cell, thresholds row-major over the numeric attributes in the given
+    order (the last one varies fastest), each attribute's thresholds in the given order.
+
+    Args:
+        sizes: categorical sizes.
+        n_numeric: number of numeric attributes.
+        cat_attrs: categorical attribute indices C (any order; sorted ascending).
+        num_attrs: numeric attribute indices R.
+        thresholds: one grid shared by all of R, or one grid per attribute of R (values in [0, 1]).
+
+    Raises:
+        DataError: on an attribute out of range or repeated.
+    """
+    sizes = tuple(int(s) for s in sizes)
+    cat = sorted(int(a) for a in cat_attrs)
+    num = [int(a) for a in num_attrs]
+    if len(set(cat)) != len(cat) or any(not 0 <= a < len(sizes) for a in cat):
+        raise DataError(f"categorical attributes {cat} must be distinct and in [0, {len(sizes)})")
+    if len(set(num)) != len(num) or any(not 0 <= a < n_numeric for a in num):
+        raise DataError(f"numeric attributes {num} must be distinct and in [0, {n_numeric})")
+    if num and thresholds and np.ndim(thresholds[0]) == 0:
+        grids = [[float(t) for t in thresholds]] * len(num)
+    else:
+        grids = [[float(t) for t in g] for g in thresholds]
+    if len(grids) != len(num):
+        raise DataError("give one threshold grid, or one per numeric attribute")
+    cells = list(itertools.product(*[range(sizes[a]) for a in cat]))
+    combos = list(itertools.product(*grids))
+    m = len(cells) * len(combos)
+    ca = np.tile(np.asarray(cat, np.int32), (m, 1)).reshape(m, len(cat))
+    cv = np.repeat(np.asarray(cells, np.int32).reshape(len(cells), len(cat)), len(combos), axis=0)
+    na = np.tile(np.asarray(num, np.int32), (m, 1)).reshape(m, len(num))
+    th = np.tile(np.asarray(combos, np.float32).reshape(len(combos), len(num)), (len(cells), 1))
+    return MixedMarginalQueries(ca, cv, na, th, sizes, int(n_numeric))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _draw_mixed(key, sizes, n_numeric, n_queries, n_cat, n_num):
+    # Jitted (a host-side constructor): one compile beats dispatching the generator op by op.
+    # One uniform draw per query: argsort of uniforms picks distinct attributes uniformly.
+    d = len(sizes)
+    size_arr = jnp.asarray(sizes if sizes else (1,), jnp.int32)
+
+    def one(q):
+        u = jax.random.uniform(jax.random.fold_in(key, q), (d + n_numeric + n_cat + n_num,))
+        ca = jnp.sort(jnp.argsort(u[:d])[:n_cat]).astype(jnp.int32)
+        na = jnp.sort(jnp.argsort(u[d : d + n_numeric])[:n_num]).astype(jnp.int32)
+        v = u[d + n_numeric :]
+        cv = jnp.minimum(jnp.floor(v[:n_cat] * size_arr[ca]).astype(jnp.int32), size_arr[ca] - 1)
+        return ca, cv, na, v[n_cat:]
+
+    return jax.vmap(one)(jnp.arange(n_queries, dtype=jnp.int32))
+
+
+def random_mixed_marginals(
+    key: Key,
+    sizes: Sequence[int],
+    n_numeric: int,
+    n_queries: int,
+    n_cat: int,
+    n_num: int,
+) -> MixedMarginalQueries:
+    """Random mixed marginals: n_cat distinct categorical attributes with uniform values, n_num
+    distinct numeric attributes with thresholds ~ U[0, 1]; query q drawn from fold_in(key, q).
+
+    Raises:
+        DataError: if there are fewer attributes than asked for.
+    """
+    key = require_key(key)
+    sizes = tuple(int(s) for s in sizes)
+    if not 0 <= n_cat <= len(sizes) or not 0 <= n_num <= n_numeric or n_cat + n_num == 0:
+        raise DataError(f"need 0 <= n_cat <= {len(sizes)}, 0 <= n_num <= {n_numeric} and n_cat + n_num >= 1")
+    ca, cv, na, th = _draw_mixed(key, sizes, int(n_numeric), int(n_queries), n_cat, n_num)
+    return MixedMarginalQueries(ca, cv, na, th, sizes, int(n_numeric))
+
+
+def mixed_query_on_record(
+    cat_attrs: Array,
+    cat_values: Array,
+    num_attrs: Array,
+    thresholds: Array,
+    code_row: Array,
+    num_row: Array,
+) -> Array:
+    """One mixed-marginal query on one record: () float32 in {0, 1}."""
+    cat_ok = jnp.all(code_row[cat_attrs] == cat_values)
+    num_ok = jnp.all(num_row[num_attrs] <= thresholds)
+    return (cat_ok & num_ok).astype(jnp.float32)
+
+
+def mixed_query_relaxed(
+    cat_attrs: Array,
+    cat_values: Array,
+    num_attrs: Array,
+    thresholds: Array,
+    p_row: Array,
+    num_row: Array,
+    sigma: Array | float,
+    offsets: Array,
+) -> Array:
+    """One mixed-marginal query on one relaxed row: prod p[C = y] * prod soft_leq(x_R, tau)."""
+    cat = jnp.prod(p_row[offsets[cat_attrs] + cat_values])
+    return cat * jnp.prod(soft_leq(num_row[num_attrs], thresholds, sigma))
+
+
+def mixed_marginal_answers(
+    codes: Array,
+    numeric: Array,
+    queries: MixedMarginalQueries,
+    dtype=jnp.float32,
+    *,
+    row_chunk: int = DEFAULT_ROW_CHUNK,
+    query_chunk: int = DEFAULT_QUERY_CHUNK,
+) -> Array:
+    """Exact counts of mixed-marginal queries on records (hard thresholds).
+
+    Args:
+        codes: (n_records, n_cat) integer codes.
+        numeric: (n_records, n_num) values in [0, 1].
+        queries: the queries.
+        dtype: output dtype (counting is exact in int32).
+
+    Returns:
+        (n_queries,) counts.
+
+    Privacy:
+        Reads the private records; each query has sensitivity 1 under add/remove-one (divide by
+        the public n for fractions: 1/n under replace-one).
+    """
+    codes, numeric = jnp.asarray(codes), jnp.asarray(numeric)
+    _check_rows(codes, numeric, len(queries.sizes), queries.n_numeric, ("codes", "numeric"))
+    ca, cv = jnp.asarray(queries.cat_attrs), jnp.asarray(queries.cat_values)
+    na, th = jnp.asarray(queries.num_attrs), jnp.asarray(queries.thresholds)
+
+    def block(rows, w, ids):
+        c, x = rows
+        ok = jnp.all(c[:, ca[ids]] == cv[ids][None], axis=-1)  # (r, q)
+        ok = ok & jnp.all(x[:, na[ids]] <= th[ids][None], axis=-1)
+        return jnp.sum(ok.astype(jnp.int32) * w.astype(jnp.int32)[:, None], axis=0)
+
+    counts = sum_over_rows(
+        block,
+        (codes.astype(jnp.int32), numeric),
+        len(queries),
+        row_chunk=row_chunk,
+        query_chunk=query_chunk,
+        dtype=jnp.int32,
+    )
+    return counts.astype(dtype)
+
+
+def relaxed_mixed_marginal_answers(
+    probs: Array,
+    numeric: Array,
+    queries: MixedMarginalQueries,
+    sigma: Array | float,
+    *,
+    row_chunk: int = DEFAULT_ROW_CHUNK,
+    query_chunk: int = DEFAULT_QUERY_CHUNK,
+) -> Array:
+    """Relaxed mixed-marginal answers (means over rows); differentiable in probs and numeric.
+
+    Args:
+        probs: (K, sum of cat sizes) probability blocks.
+        numeric: (K, n_num) numeric values.
+        queries: the queries.
+        sigma: inverse temperature (may be traced, e.g. annealed).
+
+    Returns:
+        (n_queries,) answers.
+    """
+    probs, numeric = jnp.asarray(probs), jnp.asarray(numeric)
+    _check_rows(probs, numeric, sum(queries.sizes), queries.n_numeric, ("probs", "numeric"))
+    offsets = _offsets(queries.sizes) if queries.sizes else jnp.zeros(1, jnp.int32)
+    ca, cv = jnp.asarray(queries.cat_attrs), jnp.asarray(queries.cat_values)
+    na, th = jnp.asarray(queries.num_attrs), jnp.asarray(queries.thresholds)
+    n = probs.shape[0]
+
+    def block(rows, w, ids):
+        p, x = rows
+        cols = offsets[ca[ids]] + cv[ids]  # (q, kc)
+        val = jnp.prod(p[:, cols], axis=-1)  # (r, q)
+        val = val * jnp.prod(soft_leq(x[:, na[ids]], th[ids][None], sigma), axis=-1)
+        return jnp.sum(val * w[:, None], axis=0)
+
+    total = sum_over_rows(
+        block,
+        (probs, numeric),
+        len(queries),
+        row_chunk=row_chunk,
+        query_chunk=query_chunk,
+        dtype=probs.dtype,
+    )
+    return total / n
+
+
+# -- class-conditional linear thresholds ----------------------------------------------------------
+
+
+@pytree_dataclass
+class LinearThresholdQueries:
+    """Explicit class-conditional linear threshold queries 1{<theta, x_R> <= tau and x_i = y}.
+
+    Attributes:
+        label_attr: (m,) int32 categorical attribute i.
+        label_value: (m,) int32 value y.
+        theta: (m, |R|) float32 weights over the numeric attributes R.
+        tau: (m,) float32 thresholds.
+        num_attrs: the numeric attributes R (static, shared by all queries).
+        sizes: categorical sizes (static).
+        n_numeric: number of numeric attributes (static).
+    """
+
+    label_attr: Array
+    label_value: Array
+    theta: Array
+    tau: Array
+    num_attrs: tuple[int, ...] = static_field()
+    sizes: tuple[int, ...] = static_field()
+    n_numeric: int = static_field()
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.label_attr.shape[0])
+
+    def __len__(self) -> int:
+        return self.n_queries
+
+    def params(self, ids: Array) -> tuple[Array, Array, Array, Array]:
+        """(label_attr, label_value, theta, tau) of the queries at `ids`."""
+        ids = jnp.asarray(ids)
+        return (
+            jnp.asarray(self.label_attr)[ids],
+            jnp.asarray(self.label_value)[ids],
+            jnp.asarray(self.theta)[ids],
+            jnp.asarray(self.tau)[ids],
+        )
+
+
+@pytree_dataclass
+class RandomLinearThresholds:
+    """A key-defined family of class-conditional linear threshold queries (RAP++ Section 5.1).
+
+    Query q's parameters come from fold_in(key, q): label i uniform over `label_attrs`, y uniform
+    over its values, theta ~ N(0, I) / sqrt(|R|), tau ~ N(0, 1). Nothing per query is stored.
+    The key defines a public query set (not noise): use a key of its own, not a mechanism's root.
+
+    Attributes:
+        key: typed JAX key.
+        n_queries: number of queries (static).
+        label_attrs: candidate label attributes (static).
+        num_attrs: the numeric attributes R (static).
+        sizes: categorical sizes (static).
+        n_numeric: number of numeric attributes (static).
+    """
+
+    key: Key
+    n_queries: int = static_field()
+    label_attrs: tuple[int, ...] = static_field()
+    num_attrs: tuple[int, ...] = static_field()
+    sizes: tuple[int, ...] = static_field()
+    n_numeric: int = static_field()
+
+    def __len__(self) -> int:
+        return self.n_queries
+
+    def params(self, ids: Array) -> tuple[Array, Array, Array, Array]:
+        """(label_attr, label_value, theta, tau) of the queries at `ids`, regenerated."""
+        labels = jnp.asarray(self.label_attrs, jnp.int32)
+        label_sizes = jnp.asarray([self.sizes[a] for a in self.label_attrs], jnp.int32)
+        r = len(self.num_attrs)
+
+        def one(q):
+            # One uniform draw per query keeps the regenerated program small and fast: normals by
+            # inverse CDF (u >= 2^-24, so never infinite), label and value by floor(u * size).
+            u = jax.random.uniform(jax.random.fold_in(self.key, q), (r + 3,), minval=2.0**-24)
+            z = math.sqrt(2.0) * jax.lax.erf_inv(2.0 * u[: r + 1] - 1.0)
+            which = jnp.minimum(jnp.floor(u[r + 1] * labels.shape[0]), labels.shape[0] - 1)
+            which = which.astype(jnp.int32)
+            size = label_sizes[which]
+            y = jnp.minimum(jnp.floor(u[r + 2] * size).astype(jnp.int32), size - 1)
+            return labels[which], y, z[:r] / math.sqrt(r), z[r]
+
+        return jax.vmap(one)(jnp.asarray(ids, jnp.int32))
+
+    def materialize(self) -> LinearThresholdQueries:
+        """The explicit arrays of every query (small families and tests)."""
+        la, lv, th, tau = _materialize(self)
+        return LinearThresholdQueries(la, lv, th, tau, self.num_attrs, self.sizes, self.n_numeric)
+
+
+@jax.jit
+def _materialize(family: RandomLinearThresholds):
+    # Jitted (host-side constructor): one compile instead of op-by-op dispatch of the generator.
+    return family.params(jnp.arange(family.n_queries, dtype=jnp.int32))
+
+
+def random_linear_thresholds(
+    key: Key,
+    sizes: Sequence[int],
+    n_numeric: int,
+    n_queries: int,
+    label_attrs: Sequence[int],
+    num_attrs: Sequence[int] | None = None,
+) -> RandomLinearThresholds:
+    """A key-defined family of `n_queries` class-conditional linear threshold queries.
+
+    Args:
+        key: typed JAX key (public query-set key).
+        sizes: categorical sizes.
+        n_numeric: number of numeric attributes.
+        n_queries: family size.
+        label_attrs: categorical attributes a query may condition on (RAP++'s label columns L).
+        num_attrs: numeric attributes R (default: all).
+
+    Raises:
+        DataError: on empty or out-of-range attribute lists.
+    """
+    key = require_key(key)
+    sizes = tuple(int(s) for s in sizes)
+    labels = tuple(int(a) for a in label_attrs)
+    num = tuple(range(n_numeric)) if num_attrs is None else tuple(int(a) for a in num_attrs)
+    if not labels or any(not 0 <= a < len(sizes) for a in labels) or len(set(labels)) != len(labels):
+        raise DataError(f"label attributes {labels} must be distinct and in [0, {len(sizes)})")
+    if not num or any(not 0 <= a < n_numeric for a in num) or len(set(num)) != len(num):
+        raise DataError(f"numeric attributes {num} must be distinct, non-empty, in [0, {n_numeric})")
+    if n_queries < 1:
+        raise DataError("n_queries must be >= 1")
+    return RandomLinearThresholds(key, int(n_queries), labels, num, sizes, int(n_numeric))
+
+
+def linear_threshold_on_record(
+    label_attr: Array,
+    label_value: Array,
+    theta: Array,
+    tau: Array,
+    code_row: Array,
+    num_row: Array,
+    num_attrs: Array,
+) -> Array:
+    """One linear threshold query on one record: () float32 in {0, 1}."""
+    score = jnp.dot(theta, num_row[num_attrs], precision=_HIGHEST)
+    return ((score <= tau) & (code_row[label_attr] == label_value)).astype(jnp.float32)
+
+
+def linear_threshold_relaxed(
+    label_attr: Array,
+    label_value: Array,
+    theta: Array,
+    tau: Array,
+    p_row: Array,
+    num_row: Array,
+    num_attrs: Array,
+    sigma: Array | float,
+    offsets: Array,
+) -> Array:
+    """RAP++ Definition 12 for "<=": p[i = y] * soft_leq(<theta, x_R>, tau)."""
+    score = jnp.dot(theta, num_row[num_attrs], precision=_HIGHEST)
+    return p_row[offsets[label_attr] + label_value] * soft_leq(score, tau, sigma)
+
+
+LinearThresholdFamily = LinearThresholdQueries | RandomLinearThresholds
+
+
+def linear_threshold_answers(
+    codes: Array,
+    numeric: Array,
+    queries: LinearThresholdFamily,
+    dtype=jnp.float32,
+    *,
+    row_chunk: int = DEFAULT_ROW_CHUNK,
+    query_chunk: int = DEFAULT_QUERY_CHUNK,
+) -> Array:
+    """Exact counts of class-conditional linear threshold queries on records (hard threshold).
+
+    Parameters of a random family are regenerated per query chunk, never stored.
+
+    Args:
+        codes: (n_records, n_cat) integer codes.
+        numeric: (n_records, n_num) values in [0, 1].
+        queries: explicit queries or a key-defined family.
+        dtype: output dtype (counting is exact in int32).
+
+    Returns:
+        (n_queries,) counts.
+
+    Privacy:
+        Reads the private records; each query has sensitivity 1 under add/remove-one.
+    """
+    codes, numeric = jnp.asarray(codes), jnp.asarray(numeric)
+    _check_rows(codes, numeric, len(queries.sizes), queries.n_numeric, ("codes", "numeric"))
+    r_attrs = jnp.asarray(queries.num_attrs, jnp.int32)
+
+    def block(rows, w, ids):
+        c, x = rows
+        la, lv, theta, tau = queries.params(ids)
+        score = jnp.dot(x[:, r_attrs], theta.T, precision=_HIGHEST)  # (r, q)
+        ok = (score <= tau[None]) & (c[:, la] == lv[None])
+        return jnp.sum(ok.astype(jnp.int32) * w.astype(jnp.int32)[:, None], axis=0)
+
+    counts = sum_over_rows(
+        block,
+        (codes.astype(jnp.int32), numeric),
+        len(queries),
+        row_chunk=row_chunk,
+        query_chunk=query_chunk,
+        dtype=jnp.int32,
+    )
+    return counts.astype(dtype)
+
+
+def relaxed_linear_threshold_answers(
+    probs: Array,
+    numeric: Array,
+    queries: LinearThresholdFamily,
+    sigma: Array | float,
+    *,
+    row_chunk: int = DEFAULT_ROW_CHUNK,
+    query_chunk: int = DEFAULT_QUERY_CHUNK,
+) -> Array:
+    """Relaxed linear threshold answers (means over rows); differentiable in probs and numeric.
+
+    Args:
+        probs: (K, sum of cat sizes) probability blocks.
+        numeric: (K, n_num) numeric values.
+        queries: explicit queries or a key-defined family.
+        sigma: inverse temperature (may be traced, e.g. annealed).
+
+    Returns:
+        (n_queries,) answers.
+    """
+    probs, numeric = jnp.asarray(probs), jnp.asarray(numeric)
+    _check_rows(probs, numeric, sum(queries.sizes), queries.n_numeric, ("probs", "numeric"))
+    offsets = _offsets(queries.sizes)
+    r_attrs = jnp.asarray(queries.num_attrs, jnp.int32)
+    n = probs.shape[0]
+
+    def block(rows, w, ids):
+        p, x = rows
+        la, lv, theta, tau = queries.params(ids)
+        score = jnp.dot(x[:, r_attrs], theta.T, precision=_HIGHEST)  # (r, q)
+        val = p[:, offsets[la] + lv] * soft_leq(score, tau[None], sigma)
+        return jnp.sum(val * w[:, None], axis=0)
+
+    total = sum_over_rows(
+        block,
+        (probs, numeric),
+        len(queries),
+        row_chunk=row_chunk,
+        query_chunk=query_chunk,
+        dtype=probs.dtype,
+    )
+    return total / n

@@ -1,0 +1,150 @@
+"""RAP, RAP-softmax, GEM and GEM-Pub: fitting, compile-once, sampling, public pretraining."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import evaluate, loop
+from jaxdp.domain import Dataset
+from jaxdp.families.relaxed import block_softmax
+from jaxdp.keys import Stream, stream_key
+from jaxdp.mechanisms.gem import gem, gem_pub
+from jaxdp.mechanisms.rap import rap, rap_softmax
+from jaxdp.queries import all_kway
+
+from .conftest import tiny_dataset
+
+SMALL_GEM = {"batch": 200, "hidden": (64, 64), "latent_dim": 16, "learning_rate": 1e-2}
+
+
+def _two_way(data):
+    return all_kway(data.domain.sizes, 2)
+
+
+def test_block_softmax_rows_are_product_distributions():
+    logits = jax.random.normal(jax.random.key(0), (5, 9))
+    probs = np.asarray(block_softmax(logits, (2, 3, 4)))
+    for s, e in ((0, 2), (2, 5), (5, 9)):
+        np.testing.assert_allclose(probs[:, s:e].sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_gem_loss_decreases_with_exact_answers():
+    data = tiny_dataset(n=2000)
+    workload = _two_way(data)
+    mech = gem(data, workload, rho=1e6, rounds=3, max_steps=50, gamma_fraction=0.0, **SMALL_GEM)
+    state = mech.init(stream_key(jax.random.key(0), Stream.INIT))
+    target = jnp.asarray(evaluate.fractions(data, workload), jnp.float32)
+    mask = jnp.ones(workload.n_queries, bool)
+
+    def loss(params):
+        return float(jnp.mean(jnp.abs(mech.family.answers(params, state.latent) - target)))
+
+    before = loss(state.params)
+    params, steps = jax.jit(lambda p: mech._fit(p, state.latent, target, mask, 0.0, 1e-2, 50))(state.params)
+    assert int(steps) == 50 and loss(params) < 0.5 * before
+
+
+def test_gem_reproduces_two_way_marginals_with_a_large_budget():
+    data = tiny_dataset(n=3000)
+    workload = _two_way(data)
+    mech = gem(data, workload, rho=1e6, rounds=len(workload), max_steps=300, gamma_fraction=0.0, **SMALL_GEM)
+    state = loop.run(mech, jax.random.key(1)).state
+    relaxed = np.asarray(mech.relaxed_answers(state), np.float64)
+    assert evaluate.answer_errors(evaluate.fractions(data, workload), relaxed, workload)["max_abs"] < 0.03
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+def test_rap_fits_and_keeps_rows_in_the_box(softmax):
+    data = tiny_dataset(n=3000)
+    workload = _two_way(data)
+    factory = rap_softmax if softmax else rap
+    mech = factory(data, workload, rho=1e6, rounds=3, marginals_per_round=2, n_rows=200, max_steps=300)
+    state = loop.run(mech, jax.random.key(2)).state
+    probs = np.asarray(mech.family.probabilities(state.params, state.latent))
+    assert probs.min() >= 0 and probs.max() <= 1
+    relaxed = np.asarray(mech.relaxed_answers(state), np.float64)
+    assert evaluate.answer_errors(evaluate.fractions(data, workload), relaxed, workload)["max_abs"] < 0.05
+
+
+def test_inner_update_compiles_once_across_rounds(monkeypatch):
+    data = tiny_dataset()
+    mech = gem(data, _two_way(data), epsilon=0.9, delta=1e-6, rounds=4, max_steps=5, **SMALL_GEM)
+    traces = []
+    original = type(mech)._fit
+
+    def counting(self, *args):
+        traces.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(type(mech), "_fit", counting)
+    loop.run(mech, jax.random.key(3))
+    assert len(traces) == 1  # traced once inside the scanned step, reused by every round
+
+
+@pytest.mark.parametrize("name", ["gem", "rap-softmax"])
+def test_records_follow_the_fitted_distribution_on_unmeasured_marginals(name):
+    """Sampling must reproduce the mixture the mechanism fitted, also where nothing was measured.
+
+    With N sampled records a cell's sampled fraction has standard error sqrt(p (1 - p) / N); a
+    5-sigma band per cell over the 30 cells checked fails falsely with probability < 1e-5.
+    """
+    data = tiny_dataset(n=3000)
+    workload = all_kway(data.domain.sizes, 2)
+    if name == "gem":
+        mech = gem(data, workload, rho=1e4, rounds=2, max_steps=50, **SMALL_GEM)
+    else:
+        mech = rap_softmax(data, workload, rho=1e4, rounds=2, marginals_per_round=1, n_rows=100)
+    result = loop.run(mech, jax.random.key(4))
+    unmeasured = np.asarray(result.state.eligible)
+    assert unmeasured.sum() == len(workload) - 2
+    relaxed = np.asarray(mech.relaxed_answers(result.state), np.float64)
+    n_samples = 200_000
+    codes = np.asarray(loop.release(mech, result.state, jax.random.key(5), rows=n_samples))
+    sampled = evaluate.fractions(Dataset.from_codes(data.domain, codes), workload)
+    band = 5 * np.sqrt(relaxed * (1 - relaxed) / n_samples) + 1e-4
+    for i in np.flatnonzero(unmeasured):
+        cells = slice(workload.offsets[i], workload.offsets[i] + workload.cells[i])
+        assert (np.abs(sampled[cells] - relaxed[cells]) <= band[cells]).all(), workload.cliques[i]
+
+
+def test_gem_pub_with_public_equal_to_private_beats_gem_from_scratch():
+    data = tiny_dataset(n=3000, seed=2)
+    workload = _two_way(data)
+    true = evaluate.fractions(data, workload)
+    budget = {"epsilon": 0.05, "delta": 1e-6, "rounds": 2, "max_steps": 20}
+    errors = {}
+    for name, mech in (
+        ("scratch", gem(data, workload, **budget, **SMALL_GEM)),
+        ("pub", gem_pub(data, workload, public=data, pretrain_steps=300, **budget, **SMALL_GEM)),
+    ):
+        state = loop.run(mech, jax.random.key(6)).state
+        errors[name] = evaluate.answer_errors(
+            true, np.asarray(mech.relaxed_answers(state), np.float64), workload
+        )
+    assert errors["pub"]["max_abs"] < 0.5 * errors["scratch"]["max_abs"]
+
+
+def test_gem_pub_with_a_subset_of_attributes():
+    data = tiny_dataset(n=1000)
+    sub_domain = jaxdp.Domain(tuple(a for a in data.domain.attributes if a.name in ("a", "b", "d")))
+    public = Dataset.from_codes(sub_domain, data.codes[:300][:, [0, 1, 3]])
+    mech = gem_pub(data, _two_way(data), public=public, epsilon=1.0, delta=1e-6, rounds=2, **SMALL_GEM)
+    mask = np.asarray(mech.public_mask)
+    covered = [c for c in mech.workload.cliques if 2 not in c]  # attribute c is not public
+    assert mask.sum() == sum(mech.workload.cells[mech.workload.cliques.index(c)] for c in covered)
+    loop.run(mech, jax.random.key(7))
+
+
+def test_refusals():
+    data = tiny_dataset()
+    workload = _two_way(data)
+    with pytest.raises(ValueError, match="exceeds the 6 marginals"):
+        rap(data, workload, epsilon=1.0, delta=1e-6, rounds=3, marginals_per_round=3)
+    with pytest.raises(ValueError, match="replace-one"):
+        gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, relation="add-remove")
+    with pytest.raises(ValueError, match="loss"):
+        gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, loss="huber")
+    with pytest.raises(ValueError, match="pretrain_steps"):
+        gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, public=data)
