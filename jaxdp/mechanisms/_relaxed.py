@@ -101,6 +101,7 @@ class RelaxedAdaptive:
     max_steps: int = static_field()
     loss: str = static_field()
     top_errors: int | None = static_field()
+    rerank_every: int = static_field()
     gamma_fraction: float = static_field()
     gamma_noise_floor: float = static_field()
     ema_beta: float | None = static_field()
@@ -203,57 +204,66 @@ class RelaxedAdaptive:
         lo, hi = self.final_learning_rate, self.learning_rate
         return lo + 0.5 * (hi - lo) * (1 + jnp.cos(jnp.pi * t.astype(jnp.float32) / self.rounds))
 
-    def _loss_gradient(self, probs: Array, targets: Array, mask: Array, gamma: Array):
-        """(gradient of the loss in the probabilities, whether some error is still >= gamma).
+    def _objective(self, probs: Array, targets: Array, mask: Array, gamma: Array):
+        """(loss as a function of the probabilities, whether some masked error is >= gamma).
 
-        "l2": sum of squared errors over the masked queries. "l1": mean absolute error over the
-        `top_errors` largest masked errors that are >= gamma (GEM's update, as in its official
-        code). Its gradient touches only those queries, so it goes through the cheap gather
-        kernel; the full answers are only needed forward, to rank the errors.
+        "l2": sum of squared errors over the masked queries (every step needs all answers).
+        "l1": mean absolute error over the `top_errors` largest masked errors >= gamma at
+        `probs` (GEM's update, as in its official code). That loss touches only those queries,
+        so it and its gradient go through the cheap gather kernel; the full answers are needed
+        only to rank the errors.
         """
-        error = jnp.where(mask, relaxed_marginals(probs, self.family.plan) - targets, 0.0)
         if self.loss == "l2":
-            grad = jax.grad(
-                lambda pr: jnp.sum(
-                    jnp.where(mask, relaxed_marginals(pr, self.family.plan) - targets, 0.0) ** 2
-                )
-            )
-            return grad(probs), jnp.ones((), bool)
+
+            def squared(pr):
+                return jnp.sum(jnp.where(mask, relaxed_marginals(pr, self.family.plan) - targets, 0.0) ** 2)
+
+            return squared, jnp.ones((), bool)
+        error = jnp.where(mask, relaxed_marginals(probs, self.family.plan) - targets, 0.0)
         active = mask & (jnp.abs(error) >= gamma)
         top_error, top = jax.lax.top_k(jnp.where(active, jnp.abs(error), -1.0), self.top_errors)
         chosen = top_error >= 0
-        queries = self.queries.take(top)
+        queries, top_targets = self.queries.take(top), targets[top]
 
-        def loss(pr):
-            err = product_query_answers(pr, queries) - targets[top]
+        def absolute(pr):
+            err = product_query_answers(pr, queries) - top_targets
             return jnp.sum(jnp.abs(err) * chosen) / jnp.maximum(jnp.sum(chosen), 1)
 
-        return jax.grad(loss)(probs), jnp.any(active)
+        return absolute, jnp.any(active)
 
     def _fit(self, params, latent, targets, mask, gamma, learning_rate, max_steps):
         """A fresh Adam on the loss over the `mask`ed queries until no error is >= gamma or
-        `max_steps` steps; (params, steps). Under GEM's schedule the rate also anneals to 0 by a
-        cosine over `max_steps`."""
+        `max_steps` steps; (params, steps). The L1 loss's top errors are re-ranked every
+        `rerank_every` steps (1: every step, as the paper). Under GEM's schedule the rate also
+        anneals to 0 by a cosine over `max_steps`."""
         optimizer = optax.scale_by_adam()
+        family = self.family
 
         def cond(carry):
             return (carry[2] < max_steps) & carry[3]
 
         def body(carry):
             p, s, i, _ = carry
-            probs, pullback = jax.vjp(lambda q: self.family.probabilities(q, latent), p)
-            grad_probs, active = self._loss_gradient(probs, targets, mask, gamma)
-            (grads,) = pullback(grad_probs)
-            updates, s_new = optimizer.update(grads, s, p)
-            rate = learning_rate
-            if self.final_learning_rate is not None:  # GEM's schedule: anneal within the round too
-                rate = rate * 0.5 * (1 + jnp.cos(jnp.pi * i.astype(jnp.float32) / max_steps))
-            p_new = self.family.constrain(jax.tree_util.tree_map(lambda a, u: a - rate * u, p, updates))
+            objective, active = self._objective(family.probabilities(p, latent), targets, mask, gamma)
 
-            def keep(old, new):
-                return jax.tree_util.tree_map(lambda a, b: jnp.where(active, b, a), old, new)
+            def gradient_step(_, inner):
+                p, s, i = inner
+                probs, pullback = jax.vjp(lambda q: family.probabilities(q, latent), p)
+                (grads,) = pullback(jax.grad(objective)(probs))
+                updates, s_new = optimizer.update(grads, s, p)
+                rate = learning_rate
+                if self.final_learning_rate is not None:  # GEM's schedule: anneal within the round
+                    rate = rate * 0.5 * (1 + jnp.cos(jnp.pi * i.astype(jnp.float32) / max_steps))
+                p_new = family.constrain(jax.tree_util.tree_map(lambda a, u: a - rate * u, p, updates))
+                go = active & (i < max_steps)
 
-            return keep(p, p_new), keep(s, s_new), i + active.astype(jnp.int32), active
+                def keep(old, new):
+                    return jax.tree_util.tree_map(lambda a, b: jnp.where(go, b, a), old, new)
+
+                return keep(p, p_new), keep(s, s_new), i + go.astype(jnp.int32)
+
+            p, s, i = jax.lax.fori_loop(0, self.rerank_every, gradient_step, (p, s, i))
+            return p, s, i, active
 
         init = (params, optimizer.init(params), jnp.zeros((), jnp.int32), jnp.ones((), bool))
         params, _, steps, _ = jax.lax.while_loop(cond, body, init)
@@ -303,6 +313,7 @@ def build(
     gamma_fraction: float,
     ema_beta: float | None,
     top_errors: int | None = None,
+    rerank_every: int = 1,
     final_learning_rate: float | None = None,
     gamma_noise_floor: float = 0.0,
     relation: Neighboring | str,
@@ -367,6 +378,7 @@ def build(
         max_steps=int(max_steps),
         loss=loss,
         top_errors=top_errors,
+        rerank_every=_checks.positive_int(rerank_every, "rerank_every"),
         gamma_fraction=float(gamma_fraction),
         gamma_noise_floor=float(gamma_noise_floor),
         ema_beta=ema_beta,

@@ -36,12 +36,13 @@ def gem(
     batch: int = 1000,
     hidden: Sequence[int] = (256, 256),
     latent_dim: int = 128,
-    learning_rate: float = 1e-4,
+    learning_rate: float = 3e-4,
     max_steps: int = 100,
     loss: str = "l1",
     gamma_fraction: float = 0.5,
     gamma_noise_floor: float = 5.0,
     top_errors: int = 100,
+    rerank_every: int = 4,
     final_learning_rate: float = 1e-5,
     ema_beta: float | None = 0.9,
     marginals_per_round: int = 1,
@@ -50,7 +51,12 @@ def gem(
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
 ) -> RelaxedAdaptive:
-    """Build GEM (defaults: the official example's settings on ADULT).
+    """Build GEM (defaults: the official example's settings on ADULT, except two measured choices).
+
+    The official example uses learning_rate=1e-4 and re-ranks the top errors every step. On
+    bundled ADULT (286 3-way marginals, epsilon 1, T = 50, one seed, 2-core CPU) that gives max
+    error 0.0215 on 100,000 sampled rows in 57 s with `rerank_every=4`; the defaults here
+    (learning_rate=3e-4, rerank_every=4) give 0.0150 in 47 s (`bench/bench_gem.py`).
 
     Args:
         data: the private records (categorical domain).
@@ -71,6 +77,9 @@ def gem(
             paper's rule; the default cuts late rounds short at no cost in accuracy).
         top_errors: the L1 loss of each step covers the this many largest measured errors >=
             gamma (the official implementation's rule; it also makes each step cheap).
+        rerank_every: steps between re-rankings of the top errors (1: every step, as the
+            paper; larger values skip the full forward pass on the steps between, trading a
+            slightly stale selection for speed).
         final_learning_rate: the starting rate of each round's Adam anneals by a cosine over the
             rounds from `learning_rate` to this; within a round it anneals to 0 over `max_steps`.
         ema_beta: EMA factor of the output weights over the second half of the rounds; None
@@ -104,6 +113,7 @@ def gem(
         gamma_fraction=gamma_fraction,
         gamma_noise_floor=gamma_noise_floor,
         top_errors=top_errors if loss == "l1" else None,
+        rerank_every=rerank_every,
         final_learning_rate=final_learning_rate,
         ema_beta=ema_beta,
         relation=relation,
