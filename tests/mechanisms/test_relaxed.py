@@ -49,7 +49,16 @@ def test_gem_loss_decreases_with_exact_answers():
 def test_gem_reproduces_two_way_marginals_with_a_large_budget():
     data = tiny_dataset(n=3000)
     workload = _two_way(data)
-    mech = gem(data, workload, rho=1e6, rounds=len(workload), max_steps=300, gamma_fraction=0.0, **SMALL_GEM)
+    mech = gem(
+        data,
+        workload,
+        rho=1e6,
+        rounds=len(workload),
+        max_steps=300,
+        gamma_fraction=0.0,
+        rerank_every=1,
+        **SMALL_GEM,
+    )
     state = loop.run(mech, jax.random.key(1)).state
     relaxed = np.asarray(mech.relaxed_answers(state), np.float64)
     assert evaluate.answer_errors(evaluate.fractions(data, workload), relaxed, workload)["max_abs"] < 0.03
