@@ -241,3 +241,20 @@ def test_histogram_mechanisms_refuse_what_they_cannot_do(tmp_path, capsys):
     assert main([*argv, *out]) == 2
     assert "exceeds the 35 marginals" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "rounds"), [("gem", 2), ("rap", 1), ("rap-softmax", 1), ("dualquery", 3), ("fem", 3)]
+)
+def test_relaxed_and_oracle_mechanisms_run_from_the_cli(tmp_path, name, rounds):
+    out, errors = tmp_path / "o.csv", tmp_path / "e.json"
+    argv = ["synth", "--mechanism", name, "--dataset", "adult-reduced", "--epsilon", "1", "--seed", "0"]
+    argv += ["--rounds", str(rounds), "--workload", "all-2way", "--out", str(out), "--errors", str(errors)]
+    assert main([*argv, "--report", str(tmp_path / "r.json")]) == 0
+    header, codes = _read_codes(out)
+    sizes = np.array(datasets.domain("adult-reduced").sizes)
+    assert header == list(datasets.domain("adult-reduced").names)
+    assert len(codes) == 48842 and (codes >= 0).all() and (codes < sizes).all()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rho_spent"] <= report["rho_budget"] and report["ledger"]
+    assert ("relaxed" in json.loads(errors.read_text())) == name.startswith(("gem", "rap"))

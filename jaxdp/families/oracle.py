@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.queries import MarginalWorkload, workload_queries
-from jaxdp.types import Array, pytree_dataclass, static_field
+from jaxdp.types import Array, Key, pytree_dataclass, static_field
 
 # Dense objective tensors above this size (float32, 64 MiB) are left to the integer program:
 # enumeration costs O(n_marginals x n_cells) per best response.
@@ -301,3 +301,19 @@ def make_oracle(
         return EnumerationOracle.of(workload)
     limit = None if time_limit is None else float(time_limit)
     return MilpOracle(workload, limit, float(mip_rel_gap))
+
+
+def multiset_answers(answer_sums: Array, filled: Array) -> Array:
+    """(n_queries,) answers of the multiset of best responses so far (fractions of its records).
+
+    Args:
+        answer_sums: (n_queries,) each query summed over the filled records.
+        filled: (capacity,) which record slots hold a best response.
+    """
+    return answer_sums / jnp.maximum(jnp.sum(filled), 1).astype(jnp.float32)
+
+
+def sample_multiset(key: Key, records: Array, filled: Array, rows: int) -> Array:
+    """(rows, n_attributes) int32 records drawn uniformly from the filled slots (which come first)."""
+    count = jnp.maximum(jnp.sum(filled), 1)
+    return records[jax.random.randint(key, (rows,), 0, count)]

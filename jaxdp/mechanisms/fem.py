@@ -31,7 +31,13 @@ import numpy as np
 from jaxdp import _checks, noise
 from jaxdp.accounting import Plan, PlannedCharge, gumbel_scale
 from jaxdp.domain import Dataset
-from jaxdp.families.oracle import EnumerationOracle, MilpOracle, make_oracle
+from jaxdp.families.oracle import (
+    EnumerationOracle,
+    MilpOracle,
+    make_oracle,
+    multiset_answers,
+    sample_multiset,
+)
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.mechanisms._common import as_relation, make_plan, private_codes, require_categorical
 from jaxdp.queries import (
@@ -154,15 +160,14 @@ class FEM:
 
     def synthetic_answers(self, state: FEMState) -> Array:
         """(n_queries,) the workload's answers on the records so far (fractions)."""
-        return state.answer_sums / jnp.maximum(jnp.sum(state.filled), 1).astype(jnp.float32)
+        return multiset_answers(state.answer_sums, state.filled)
 
     def release(self, state: FEMState, key: Key, rows: int | None = None) -> Array:
         """(rows, n_attributes) int32 records drawn uniformly from all best responses (rows
         default n)."""
         require_key(key)
         rows = self.n_records if rows is None else _checks.positive_int(rows, "rows")
-        count = jnp.maximum(jnp.sum(state.filled), 1)
-        return state.records[jax.random.randint(key, (rows,), 0, count)]
+        return sample_multiset(key, state.records, state.filled, rows)
 
 
 def fem(
