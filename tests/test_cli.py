@@ -258,3 +258,39 @@ def test_relaxed_and_oracle_mechanisms_run_from_the_cli(tmp_path, name, rounds):
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["rho_spent"] <= report["rho_budget"] and report["ledger"]
     assert ("relaxed" in json.loads(errors.read_text())) == name.startswith(("gem", "rap"))
+
+
+@pytest.mark.parametrize("name", ["pep", "gem"])
+def test_mechanisms_run_on_a_csv_with_a_domain_file(tmp_path, name):
+    from jaxdp.domain import Dataset, write_csv
+
+    full = datasets.load("adult-reduced")
+    data = Dataset(full.domain, full.codes[:3000], full.numeric[:3000])
+    write_csv(tmp_path / "data.csv", data)
+    (tmp_path / "domain.json").write_text(
+        json.dumps(dict(zip(data.domain.names, data.domain.sizes, strict=True)))
+    )
+    argv = [
+        "synth",
+        "--mechanism",
+        name,
+        "--data",
+        str(tmp_path / "data.csv"),
+        "--domain",
+        str(tmp_path / "domain.json"),
+    ]
+    argv += [
+        "--epsilon",
+        "1",
+        "--seed",
+        "0",
+        "--rounds",
+        "2",
+        "--workload",
+        "all-2way",
+        "--out",
+        str(tmp_path / "o.csv"),
+    ]
+    assert main(argv) == 0
+    header, codes = _read_codes(tmp_path / "o.csv")
+    assert header == list(data.domain.names) and len(codes) == 3000
