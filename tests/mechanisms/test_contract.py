@@ -122,3 +122,28 @@ def test_no_private_array_in_the_compiled_program(build):
 def test_integer_seed_is_refused(build):
     with pytest.raises(TypeError, match="typed JAX key"):
         loop.run(build(), 0)
+
+
+def test_state_and_info_hold_no_key_and_no_private_value(build):
+    """State and Info are releasable: no key material and no private array may hide in them."""
+    mech = build()
+    # a root key with no small words, so counters in the state cannot match it by chance
+    root = jax.random.wrap_key_data(np.array([0x9E3779B9, 0x7F4A7C15], np.uint32))
+    result = loop.run(mech, root)
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves((result.state, result.info))]
+    assert all(not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) for x in leaves)
+    key_words = {
+        int(w)
+        for k in audit.derived_keys(root, mech.rounds).values()
+        for w in np.ravel(jax.random.key_data(k))
+    } | {int(w) for w in np.ravel(jax.random.key_data(root))}
+    for x in leaves:
+        if x.dtype in (np.uint32, np.int32) and x.size:
+            assert not key_words & {int(v) & 0xFFFFFFFF for v in np.ravel(x)[:100_000]}, (
+                "key material in state"
+            )
+    for private in _private_arrays(mech):
+        for x in leaves:
+            assert not (x.shape == private.shape and np.array_equal(x, private)), (
+                "a private array is in state"
+            )
