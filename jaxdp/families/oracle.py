@@ -19,7 +19,9 @@ Two oracles with one interface, `best_responses(w, etas) -> (codes, optimal)`:
   (n_cells x n_queries) matrix is formed. Exact. For domains up to `ENUMERATE_MAX_CELLS` cells.
 - `MilpOracle` solves the integer program with HiGHS (`scipy.optimize.milp`) on the host, through
   `jax.pure_callback`, so a mechanism using it still runs under `lax.scan` with one compile. For
-  domains too large to enumerate. See `solve_milp` for the formulation and its limits.
+  domains too large to enumerate. See `solve_milp` for the formulation and its limits. The host
+  callback keeps this oracle off TPUs (and serialises the loop on the host); the enumeration
+  oracle has no callback.
 
 Everything here is post-processing: the weights and perturbations are public functions of
 released selections and public randomness, so no input is private.
