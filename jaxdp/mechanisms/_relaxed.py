@@ -103,7 +103,6 @@ class RelaxedAdaptive:
     top_errors: int | None = static_field()
     rerank_every: int = static_field()
     gamma_fraction: float = static_field()
-    gamma_noise_floor: float = static_field()
     ema_beta: float | None = static_field()
     pretrain_steps: int = static_field()
     plan: Plan = static_field()
@@ -157,8 +156,7 @@ class RelaxedAdaptive:
             state.latent,
             noisy_answers,
             measured,
-            # Never chase errors the measurement noise alone explains: gamma >= floor x sigma.
-            jnp.maximum(self.gamma_fraction * error_ema, self.gamma_noise_floor * self.sigma),
+            self.gamma_fraction * error_ema,
             self._round_learning_rate(t),
             self.max_steps,
         )
@@ -315,7 +313,6 @@ def build(
     top_errors: int | None = None,
     rerank_every: int = 1,
     final_learning_rate: float | None = None,
-    gamma_noise_floor: float = 0.0,
     relation: Neighboring | str,
     conversion: str,
     public: Dataset | None = None,
@@ -380,7 +377,6 @@ def build(
         top_errors=top_errors,
         rerank_every=_checks.positive_int(rerank_every, "rerank_every"),
         gamma_fraction=float(gamma_fraction),
-        gamma_noise_floor=float(gamma_noise_floor),
         ema_beta=ema_beta,
         pretrain_steps=int(pretrain_steps),
         plan=plan,

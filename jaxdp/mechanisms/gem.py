@@ -40,7 +40,6 @@ def gem(
     max_steps: int = 100,
     loss: str = "l1",
     gamma_fraction: float = 0.5,
-    gamma_noise_floor: float = 5.0,
     top_errors: int = 100,
     rerank_every: int = 4,
     final_learning_rate: float = 1e-5,
@@ -72,9 +71,6 @@ def gem(
         loss: "l1" (the paper) or "l2".
         gamma_fraction: gamma as a fraction of the EMA of measured max errors (0 disables early
             stopping).
-        gamma_noise_floor: gamma is at least this many measurement-noise standard deviations:
-            a measured error that the noise alone explains is not worth chasing (0 gives the
-            paper's rule; the default cuts late rounds short at no cost in accuracy).
         top_errors: the L1 loss of each step covers the this many largest measured errors >=
             gamma (the official implementation's rule; it also makes each step cheap).
         rerank_every: steps between re-rankings of the top errors (1: every step, as the
@@ -111,7 +107,6 @@ def gem(
         max_steps=max_steps,
         loss=loss,
         gamma_fraction=gamma_fraction,
-        gamma_noise_floor=gamma_noise_floor,
         top_errors=top_errors if loss == "l1" else None,
         rerank_every=rerank_every,
         final_learning_rate=final_learning_rate,
