@@ -15,7 +15,7 @@ For each run: max / mean / RMSE error of the mechanism's own answers (the distri
 answers of DualQuery's and FEM's best-response records) and of n released records, and the wall
 time (factory + `jaxdp.run`; the first seed at each epsilon includes compiling). Also checks the
 issue's claims: (a) PEP's mean max error <= MWEM's at every epsilon; (b) PEP at epsilon 1 has max
-error <= 0.0067 in <= 6 s. About 13 minutes on a 2-core CPU.
+error <= 0.0067 in <= 6 s. About 11 minutes on a 2-core CPU.
 
     python bench/bench_histogram.py --out bench/results/histogram_adult_reduced.jsonl
     python bench/bench_histogram.py --quick            # smoke run, < 60 s

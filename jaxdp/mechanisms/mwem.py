@@ -24,7 +24,7 @@ def mwem(
     alpha: float = 0.5,
     marginal_trick: bool = True,
     replay_passes: int = 1,
-    output: str = "average",
+    output: str = "last",
     public: Dataset | None = None,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
@@ -40,8 +40,10 @@ def mwem(
         marginal_trick: measure whole marginals (default) or single counting queries.
         replay_passes: sweeps of the update over all past measurements after each new one
             ("MWEM with past queries"; 0 for the original update of the newest only).
-        output: "average" (default: the distribution the MWEM guarantee is proved for; with its
-            small multiplicative steps it is also within a hair of the last iterate) or "last".
+        output: "last" (default) or "average" of the per-round distributions (the one MWEM's
+            guarantee is proved for). On ADULT-reduced (35 3-way marginals, eps 1, T 25, seeds
+            0-1) the last iterate had max error 0.035 against 0.114 for the average: the early,
+            nearly uniform iterates weigh the average down.
         public: a public dataset over the same domain: PMW-Pub's support and starting point.
         relation: must be "replace-one".
 
