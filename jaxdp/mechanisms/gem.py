@@ -54,8 +54,8 @@ def gem(
 
     The official example uses learning_rate=1e-4 and re-ranks the top errors every step. On
     bundled ADULT (286 3-way marginals, epsilon 1, T = 50, one seed, 2-core CPU) that gives max
-    error 0.0215 on 100,000 sampled rows in 57 s with `rerank_every=4`; the defaults here
-    (learning_rate=3e-4, rerank_every=4) give 0.0150 in 47 s (`bench/bench_gem.py`).
+    error 0.0215 on 100,000 sampled rows in 53 s with `rerank_every=4`; the defaults here
+    (learning_rate=3e-4, rerank_every=4) give 0.0147 in 46 s (`bench/bench_gem.py --official`).
 
     Args:
         data: the private records (categorical domain).
