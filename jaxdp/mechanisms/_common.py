@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from jaxdp import _checks
 from jaxdp.accounting import CONVERSIONS, Plan
 from jaxdp.domain import DataError, Dataset
-from jaxdp.queries import marginal_sensitivity
+from jaxdp.queries import MarginalWorkload, marginal_fractions, marginal_sensitivity
 from jaxdp.types import Array, Charge, Neighboring, Sensitive
 
 
@@ -78,3 +79,22 @@ def private_codes(data: Dataset) -> Sensitive:
 def answers_view(counts: Array, relation: Neighboring, n_records: int) -> Array:
     """Counts under add/remove; fractions (counts / n, n public) under replace-one."""
     return counts if relation is Neighboring.ADD_REMOVE else counts / n_records
+
+
+# One compiled program per workload shape, shared by every factory that answers a workload.
+fractions = jax.jit(marginal_fractions, static_argnums=1)
+
+
+def private_fractions(data: Dataset, workload: MarginalWorkload) -> Sensitive:
+    """The workload's true answers as fractions (replace-one view), as a private leaf."""
+    return private_codes(data).map(fractions, workload)
+
+
+def round_shares(rho_budget: float, rounds: int, alpha: float) -> tuple[float, float]:
+    """(rho of one round's selection, rho of its measurement) under the Adaptive Measurements
+    split: epsilon_0 = sqrt(2 rho / (T (alpha^2 + (1 - alpha)^2))), selection at 2 alpha
+    epsilon_0 and measurement at (1 - alpha) epsilon_0, so each round costs rho / T (GEM/PEP
+    paper, Section 3.1)."""
+    weights = alpha**2 + (1 - alpha) ** 2
+    per_round = rho_budget / rounds
+    return per_round * alpha**2 / weights, per_round * (1 - alpha) ** 2 / weights

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from jaxdp import _checks, noise, selection
@@ -32,12 +31,17 @@ from jaxdp.families.projection import (
     replay_multiplicative_weights,
 )
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, make_plan, private_codes, require_categorical
-from jaxdp.queries import MarginalWorkload, marginal_fractions
+from jaxdp.mechanisms._common import (
+    as_relation,
+    make_plan,
+    private_fractions,
+    require_categorical,
+    round_shares,
+)
+from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 RULES = ("mwem", "pep")
-_fractions = jax.jit(marginal_fractions, static_argnums=1)
 OUTPUTS = ("last", "average")
 
 
@@ -232,14 +236,12 @@ def build(
         support = PublicSupport.of(public.codes, workload)
 
     n = len(data)
-    codes = private_codes(data)
-    answers = codes.map(_fractions, workload)
-    weights = alpha**2 + (1 - alpha) ** 2
-    rho_round = plan.rho_budget / rounds
+    answers = private_fractions(data, workload)
+    rho_select, rho_measure = round_shares(plan.rho_budget, rounds, alpha)
     select_sensitivity = selection.score_sensitivity(Neighboring.REPLACE_ONE, n)
     measure_sensitivity = math.sqrt(2.0) / n if marginal_trick else 1.0 / n
-    select_scale = gumbel_scale(select_sensitivity, rho_round * alpha**2 / weights)
-    sigma = gaussian_sigma(measure_sensitivity, rho_round * (1 - alpha) ** 2 / weights)
+    select_scale = gumbel_scale(select_sensitivity, rho_select)
+    sigma = gaussian_sigma(measure_sensitivity, rho_measure)
     plan = (
         plan.with_charge(
             PlannedCharge("select", "exponential", select_sensitivity, select_scale, times=rounds)

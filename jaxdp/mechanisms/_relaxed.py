@@ -26,11 +26,17 @@ from jaxdp.families.generator import Generator
 from jaxdp.families.histogram import MarginalPadding
 from jaxdp.families.relaxed import RelaxedRows
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, make_plan, private_codes, require_categorical
+from jaxdp.mechanisms._common import (
+    as_relation,
+    fractions,
+    make_plan,
+    private_fractions,
+    require_categorical,
+    round_shares,
+)
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
-    marginal_fractions,
     product_query_answers,
     relaxed_marginals,
     workload_queries,
@@ -38,7 +44,6 @@ from jaxdp.queries import (
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 LOSSES = ("l1", "l2")
-_fractions = jax.jit(marginal_fractions, static_argnums=1)
 
 
 class RelaxedState(NamedTuple):
@@ -340,13 +345,12 @@ def build(
         )
     public_answers, public_mask = (None, None) if public is None else _public_targets(public, data, workload)
     n = len(data)
-    answers = private_codes(data).map(_fractions, workload)
-    weights = alpha**2 + (1 - alpha) ** 2
-    rho_round = plan.rho_budget / rounds
+    answers = private_fractions(data, workload)
+    rho_select, rho_measure = round_shares(plan.rho_budget, rounds, alpha)
     select_sensitivity = selection.score_sensitivity(Neighboring.REPLACE_ONE, n)
     measure_sensitivity = math.sqrt(2.0 * k) / n
-    select_scale = gumbel_scale(select_sensitivity, rho_round * alpha**2 / weights, count=k)
-    sigma = gaussian_sigma(measure_sensitivity, rho_round * (1 - alpha) ** 2 / weights)
+    select_scale = gumbel_scale(select_sensitivity, rho_select, count=k)
+    sigma = gaussian_sigma(measure_sensitivity, rho_measure)
     primitive = "exponential" if k == 1 else "gumbel_top_k"
     plan = (
         plan.with_charge(
@@ -406,7 +410,7 @@ def _public_targets(public: Dataset, data: Dataset, workload: MarginalWorkload) 
         public.domain.sizes,
         tuple(tuple(to_public[a] for a in c) for c, ok in zip(workload.cliques, covered, strict=True) if ok),
     )
-    sub_answers = np.asarray(_fractions(jnp.asarray(public.codes), sub))
+    sub_answers = np.asarray(fractions(jnp.asarray(public.codes), sub))
     answers = np.zeros(workload.n_queries, np.float32)
     mask = np.zeros(workload.n_queries, bool)
     taken = 0

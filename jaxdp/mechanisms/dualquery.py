@@ -39,17 +39,14 @@ from jaxdp.families.oracle import (
     sample_multiset,
 )
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, make_plan, private_codes, require_categorical
+from jaxdp.mechanisms._common import as_relation, fractions, make_plan, private_codes, require_categorical
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
-    marginal_fractions,
     record_answers,
     workload_queries,
 )
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
-
-_fractions = jax.jit(marginal_fractions, static_argnums=1)
 
 
 class DualQueryState(NamedTuple):
@@ -283,7 +280,7 @@ def dualquery(
 
     n = len(data)
     codes = private_codes(data)
-    answers = codes.map(_fractions, workload)
+    answers = codes.map(fractions, workload)
     layout = _blocks(rounds, blocks)
     weights = _block_weights(rounds, blocks)
     unit = samples / (2.0 * n**2)  # rho per unit of eta^2 * (rounds x last round^2)

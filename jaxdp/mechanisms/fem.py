@@ -39,17 +39,14 @@ from jaxdp.families.oracle import (
     sample_multiset,
 )
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, make_plan, private_codes, require_categorical
+from jaxdp.mechanisms._common import as_relation, fractions, make_plan, private_codes, require_categorical
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
-    marginal_fractions,
     record_answers,
     workload_queries,
 )
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
-
-_fractions = jax.jit(marginal_fractions, static_argnums=1)
 
 
 class FEMState(NamedTuple):
@@ -227,7 +224,7 @@ def fem(
 
     n = len(data)
     codes = private_codes(data)
-    answers = codes.map(_fractions, workload)
+    answers = codes.map(fractions, workload)
     sensitivity = 1.0 / n
     scale = gumbel_scale(sensitivity, plan.rho_budget, rounds)
     plan = plan.with_charge(PlannedCharge("select", "exponential", sensitivity, scale, times=rounds)).check()
