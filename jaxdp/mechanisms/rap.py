@@ -25,7 +25,7 @@ def rap(
     rho: float | None = None,
     marginals_per_round: int = 5,
     n_rows: int = 1000,
-    learning_rate: float = 1e-3,
+    learning_rate: float = 1e-2,
     max_steps: int = 200,
     alpha: float = 0.5,
     softmax: bool = False,
@@ -41,7 +41,11 @@ def rap(
         epsilon, delta, rho, conversion: the budget (see `jaxdp.independent`).
         marginals_per_round: K, marginals selected (one-shot Gumbel top-K) and measured per round.
         n_rows: n', the relaxed rows.
-        learning_rate: Adam's step (paper: 1e-3 for RAP, 0.1 for RAP-softmax).
+        learning_rate: Adam's step. The paper uses 1e-3 for RAP, without stating the steps per
+            round; with `max_steps` = 200 that step cannot carry the uniform initial rows (0.5 on
+            average) down to the small cells, so unmeasured marginals stay near their initial
+            product: on ADULT (all 3-way, eps 1, seed 0) relaxed max error 0.227 at 1e-3 against
+            0.028 at the default 1e-2. RAP-softmax uses 0.1 as in the paper.
         max_steps: Adam steps of the projection per round.
         alpha: share of each round's budget weight for selection.
         softmax: parametrise the rows by per-attribute softmax (RAP-softmax).
