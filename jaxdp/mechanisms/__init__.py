@@ -9,6 +9,7 @@ from jaxdp.mechanisms.gem import gem, gem_pub
 from jaxdp.mechanisms.independent import Independent, IndependentState, independent
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
+from jaxdp.mechanisms.aim import AIM, aim
 from jaxdp.mechanisms.rap import rap, rap_softmax
 
 __all__ = [
