@@ -201,23 +201,42 @@ class ModelMarginals:
 
 
 def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence[int], rows: int) -> Array:
-    """(rows, d) int32 records drawn i.i.d. from the model by ancestral sampling.
+    """(rows, d) int32 records drawn from the model by ancestral, stratified sampling.
 
     Each attribute is drawn from its conditional given its parents (earlier attributes of its
-    junction-tree clique), with `jax.random.categorical` under `fold_in(key, attribute)`.
+    junction-tree clique). Within each group of records sharing the parents' values, the records
+    are put in random order and record i of m takes the inverse CDF at (i + U_i) / m: every
+    record is still marginally a draw from the conditional, but the group's counts match its
+    expected counts to within one per cell (the low-variance "randomised rounding" of
+    Private-PGM, here driven by `fold_in(key, attribute)`).
     """
     columns: dict[int, Array] = {}
     for a, parents, joint in plan:
-        logits = jnp.log(jnp.asarray(joint, jnp.float32))
+        table = jnp.asarray(joint, jnp.float32)
         if parents:
             strides = [math.prod(sizes[p] for p in parents[i + 1 :]) for i in range(len(parents))]
             index = sum(columns[p] * s for p, s in zip(parents, strides, strict=True))
-            columns[a] = _draw_given(jax.random.fold_in(key, a), logits, index)
         else:
-            columns[a] = jax.random.categorical(jax.random.fold_in(key, a), logits[0], shape=(rows,))
+            index = jnp.zeros(rows, jnp.int32)
+        columns[a] = _stratified(jax.random.fold_in(key, a), table, index)
     return jnp.stack([columns[a] for a in range(len(sizes))], axis=1).astype(jnp.int32)
 
 
-@functools.partial(jax.jit)
-def _draw_given(key: Key, logits: Array, parent_index: Array) -> Array:
-    return jax.random.categorical(key, logits[parent_index], axis=-1)
+@jax.jit
+def _stratified(key: Key, table: Array, group: Array) -> Array:
+    """One column: record i of its group (size m, random order) takes the inverse CDF of its
+    group's row of `table` (unnormalised probabilities) at (rank_i + U_i) / m."""
+    rows = group.shape[0]
+    n_groups, size = table.shape
+    totals = table.sum(axis=1, keepdims=True)
+    probs = jnp.where(totals > 0, table / jnp.where(totals > 0, totals, 1.0), 1.0 / size)
+    cdf = jnp.cumsum(probs, axis=1)
+    order_key, offset_key = jax.random.split(key)
+    order = jnp.lexsort((jax.random.uniform(order_key, (rows,)), group))
+    sorted_group = group[order]
+    counts = jnp.bincount(group, length=n_groups)
+    starts = jnp.cumsum(counts) - counts
+    rank = jnp.arange(rows) - starts[sorted_group]
+    u = (rank + jax.random.uniform(offset_key, (rows,))) / counts[sorted_group]
+    choice = jnp.minimum(jnp.sum(cdf[sorted_group] <= u[:, None], axis=1), size - 1)
+    return jnp.zeros(rows, jnp.int32).at[order].set(choice.astype(jnp.int32))

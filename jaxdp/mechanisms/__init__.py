@@ -13,12 +13,14 @@ from jaxdp.mechanisms.aim import AIM, aim
 from jaxdp.mechanisms.rap import rap, rap_softmax
 
 __all__ = [
+    "AIM",
     "AdaptiveHistogram",
     "Gaussian",
     "GaussianState",
     "Independent",
     "IndependentState",
     "RelaxedAdaptive",
+    "aim",
     "dualquery",
     "fem",
     "gaussian",

@@ -256,7 +256,7 @@ class AIM:
 
     def model_counts(self, model: Any, mask: np.ndarray) -> np.ndarray:
         """(candidates.n_queries,) counts of every masked candidate under `model` (0 elsewhere)."""
-        marginals = pgm.ModelMarginals(model)
+        marginals = _marginals_of(model)
         out = np.zeros(self.candidates.n_queries, np.float32)
         for i in np.flatnonzero(mask):
             out[self._span(i)] = marginals.total * marginals.marginal(self.candidates.cliques[i])
@@ -308,7 +308,7 @@ class AIM:
         last = final or t + 1 >= self.rounds
         model = self._fit(measurements, state.model, self.final_iters if last else self.iters)
         fit_s = time.perf_counter() - started
-        after = pgm.ModelMarginals(model)
+        after = _marginals_of(model)
         after_counts = after.total * after.marginal(clique)
         # Timings go to the log (bench/bench_aim.py reads them), never into State or Info,
         # which must be identical across runs with the same key.
@@ -388,7 +388,7 @@ class AIM:
         if state.model is None:
             raise ValueError("run the mechanism before releasing (the state holds no model)")
         rows = self.default_rows(state) if rows is None else _checks.positive_int(rows, "rows")
-        plan = pgm.ModelMarginals(state.model).sampling_plan()
+        plan = _marginals_of(state.model).sampling_plan()
         return pgm.sample(key, plan, self.candidates.sizes, rows)
 
     # -- uncertainty quantification ---------------------------------------------------------
@@ -417,7 +417,7 @@ class AIM:
         lam = math.sqrt(math.log(1.0 / failure))  # Theorem 3: 1 - exp(-lambda^2)
         lam1 = math.sqrt(2.0 * math.log(2.0 / failure))  # Theorem 4, failure split evenly
         lam2 = math.log(2.0 / failure)
-        final = pgm.ModelMarginals(state.model)
+        final = _marginals_of(state.model)
         if synthetic is None:
             synth = final.counts(self.workload.cliques)
             total = final.total
@@ -481,6 +481,17 @@ def _weighted_average(clique, measurements, sizes) -> tuple[np.ndarray, float] |
     return total / precision, math.sqrt(1.0 / precision)
 
 
+_last_marginals: list = [None, None]
+
+
+def _marginals_of(model: Any) -> pgm.ModelMarginals:
+    """The model's exact marginals, reused while the same model object is asked again (each
+    fitted model is scored in the next round after the annealing check of this one)."""
+    if _last_marginals[0] is not model:
+        _last_marginals[:] = [model, pgm.ModelMarginals(model)]
+    return _last_marginals[1]
+
+
 def _idle(primitive: str) -> Charge:
     """A charge with count 0: the primitive did not run (the ledger skips it)."""
     return Charge(
@@ -503,8 +514,8 @@ def aim(
     max_model_size: float = 80.0,
     max_rounds: int | None = None,
     alpha: float = 0.9,
-    iters: int = 100,
-    final_iters: int = 1000,
+    iters: int = 1000,
+    final_iters: int = 3000,
 ) -> AIM:
     """Build AIM for a weighted marginal workload on a categorical dataset.
 
