@@ -43,7 +43,8 @@ def load_adult(attributes: int) -> Dataset | None:
             return None
     with open(os.path.join(os.path.dirname(csv), "adult-domain.json")) as f:
         sizes = json.load(f)
-    header = open(csv).readline().strip().split(",")
+    with open(csv) as f:
+        header = f.readline().strip().split(",")
     codes = np.loadtxt(csv, delimiter=",", skiprows=1, dtype=np.int32)
     names = list(SIX) if attributes == 6 else header
     columns = [header.index(c) for c in names]
@@ -80,7 +81,10 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
     errors = evaluate.workload_errors(data, synthetic, workload)
     bounds = mech.error_bounds(result.state, 0.95, synthetic=codes)
     true_l1 = np.add.reduceat(
-        np.abs(evaluate._counts(data.codes, workload) - evaluate._counts(codes, workload) * len(data) / len(codes)),
+        np.abs(
+            evaluate._counts(data.codes, workload)
+            - evaluate._counts(codes, workload) * len(data) / len(codes)
+        ),
         np.asarray(workload.offsets),
     )
     model = pgm.ModelMarginals(result.state.model)
@@ -98,7 +102,9 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
         "rounds": int(result.state.rounds_done),
         "score_s_per_round_median": float(np.median(score)) if score else None,
         "score_s_per_round_max": float(np.max(score)) if score else None,
-        "filter_s_per_round_median": float(np.median([r["filter_s"] for r in handler.rounds])) if score else None,
+        "filter_s_per_round_median": float(np.median([r["filter_s"] for r in handler.rounds]))
+        if score
+        else None,
         "fit_s_per_round_median": float(np.median([r["fit_s"] for r in handler.rounds])) if score else None,
         "eligible_max": max((r["eligible"] for r in handler.rounds), default=0),
         "bounds_cover": float(np.mean(bounds.bound >= true_l1)),
@@ -123,7 +129,9 @@ def main() -> None:
     recorder = Recorder(args.out)
     for seed in args.seeds:
         row = run_once(data, workload, seed, args.epsilon, args.delta)
-        recorder.emit("aim", {"attributes": args.attributes, "marginals": len(workload), "records": len(data)}, **row)
+        recorder.emit(
+            "aim", {"attributes": args.attributes, "marginals": len(workload), "records": len(data)}, **row
+        )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ queried marginal (the peers' per-candidate XLA compile is what makes their AIM s
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -40,9 +39,7 @@ def require_mbi() -> Any:
             warnings.simplefilter("ignore")
             import mbi
     except ImportError as err:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            'AIM needs Private-PGM (the `mbi` package): pip install "jaxdp[pgm]"'
-        ) from err
+        raise ImportError('AIM needs Private-PGM (the `mbi` package): pip install "jaxdp[pgm]"') from err
     return mbi
 
 
@@ -89,7 +86,10 @@ def estimate(
     """
     mbi = require_mbi()
     domain = mbi_domain(sizes)
-    linear = [mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), tuple(m.clique), float(m.sigma)) for m in measurements]
+    linear = [
+        mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), tuple(m.clique), float(m.sigma))
+        for m in measurements
+    ]
     estimator = mbi.estimation.MirrorDescent()
     return estimator.estimate(domain, linear, known_total=total, iters=iters, warm_start=warm_start)
 

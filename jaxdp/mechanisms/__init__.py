@@ -2,6 +2,7 @@
 
 from jaxdp.mechanisms._histogram import AdaptiveHistogram
 from jaxdp.mechanisms._relaxed import RelaxedAdaptive
+from jaxdp.mechanisms.aim import AIM, aim
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import Gaussian, GaussianState, gaussian
@@ -9,7 +10,6 @@ from jaxdp.mechanisms.gem import gem, gem_pub
 from jaxdp.mechanisms.independent import Independent, IndependentState, independent
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
-from jaxdp.mechanisms.aim import AIM, aim
 from jaxdp.mechanisms.rap import rap, rap_softmax
 
 __all__ = [

@@ -47,7 +47,13 @@ from jaxdp.mechanisms._common import (
     private_codes,
     require_categorical,
 )
-from jaxdp.queries import MarginalWorkload, aim_weights, downward_closure, marginal_counts, marginal_sensitivity
+from jaxdp.queries import (
+    MarginalWorkload,
+    aim_weights,
+    downward_closure,
+    marginal_counts,
+    marginal_sensitivity,
+)
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 logger = logging.getLogger(__name__)
@@ -224,7 +230,9 @@ class AIM:
         sensitivity = math.sqrt(len(ones)) * self.l2_sensitivity
         sigma = float32_ceil(state.sigma)
         answers = self.answers.map(lambda a: jnp.concatenate([a[self._span(i)] for i in ones]))
-        noisy, charge = noise.gaussian(stream_key(key, Stream.MEASURE), answers, sigma=sigma, sensitivity=sensitivity)
+        noisy, charge = noise.gaussian(
+            stream_key(key, Stream.MEASURE), answers, sigma=sigma, sensitivity=sensitivity
+        )
         noisy = np.asarray(noisy, np.float64)
         bounds = np.cumsum([0] + [self.candidates.cells[i] for i in ones])
         measurements = tuple(
@@ -251,7 +259,10 @@ class AIM:
         limit = self.max_model_size * rho_used / self.plan.rho_budget
         measured = list({m.clique for m in state.measurements})
         return np.array(
-            [pgm.model_size_mb(self.candidates.sizes, [*measured, c]) <= limit for c in self.candidates.cliques]
+            [
+                pgm.model_size_mb(self.candidates.sizes, [*measured, c]) <= limit
+                for c in self.candidates.cliques
+            ]
         )
 
     def model_counts(self, model: Any, mask: np.ndarray) -> np.ndarray:
@@ -286,8 +297,13 @@ class AIM:
         segments = jnp.asarray(self.candidates.marginal_of_query())
         template = jnp.zeros(len(self.candidates), jnp.float32)
         scores = self.answers.map(
-            lambda a: jnp.asarray(weights, jnp.float32)
-            * (_candidate_l1(a, jnp.asarray(model_counts), segments, template) - jnp.asarray(penalty, jnp.float32))
+            lambda a: (
+                jnp.asarray(weights, jnp.float32)
+                * (
+                    _candidate_l1(a, jnp.asarray(model_counts), segments, template)
+                    - jnp.asarray(penalty, jnp.float32)
+                )
+            )
         )
         scale = gumbel_scale(delta_t, rho_select)
         choice, select_charge = noise.exponential(
@@ -299,7 +315,10 @@ class AIM:
         clique = self.candidates.cliques[choice]
         sigma_used = gaussian_sigma(self.l2_sensitivity, rho_measure)
         noisy, measure_charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE), self._slice(choice), sigma=sigma_used, sensitivity=self.l2_sensitivity
+            stream_key(key, Stream.MEASURE),
+            self._slice(choice),
+            sigma=sigma_used,
+            sensitivity=self.l2_sensitivity,
         )
         noisy = np.asarray(noisy, np.float64)
         before = model_counts[self._span(choice)].astype(np.float64)
@@ -312,9 +331,19 @@ class AIM:
         after_counts = after.total * after.marginal(clique)
         # Timings go to the log (bench/bench_aim.py reads them), never into State or Info,
         # which must be identical across runs with the same key.
-        timing = {"round": t, "eligible": int(mask.sum()), "filter_s": filter_s, "score_s": score_s, "fit_s": fit_s}
-        logger.debug("aim round %(round)d: |C_t|=%(eligible)d filter %(filter_s).3fs score %(score_s).3fs "
-                     "fit %(fit_s).3fs", timing, extra={"aim_timing": timing})
+        timing = {
+            "round": t,
+            "eligible": int(mask.sum()),
+            "filter_s": filter_s,
+            "score_s": score_s,
+            "fit_s": fit_s,
+        }
+        logger.debug(
+            "aim round %(round)d: |C_t|=%(eligible)d filter %(filter_s).3fs score %(score_s).3fs "
+            "fit %(fit_s).3fs",
+            timing,
+            extra={"aim_timing": timing},
+        )
 
         # remember, for each workload marginal that was a candidate, this round's model answers
         index = self._candidate_index
@@ -327,8 +356,10 @@ class AIM:
                 w_start = self.workload.offsets[j]
                 last_model_counts[w_start : w_start + self.workload.cells[j]] = model_counts[self._span(i)]
 
-        spent = state.rho_spent + charge_rho("exponential", delta_t, scale) + charge_rho(
-            "gaussian", self.l2_sensitivity, sigma_used
+        spent = (
+            state.rho_spent
+            + charge_rho("exponential", delta_t, scale)
+            + charge_rho("gaussian", self.l2_sensitivity, sigma_used)
         )
         record = RoundRecord(
             selected=choice,
@@ -453,7 +484,9 @@ class AIM:
                 + _SQRT_2_OVER_PI * rec.sigma * (w_r * n_r - w_sel * n_sel)
                 + 2.0 * rec.score_sensitivity / rec.epsilon * math.log(rec.n_eligible)
             )
-            theorem4 = (b_r + lam1 * rec.sigma * math.sqrt(n_sel) + lam2 * 2.0 * rec.score_sensitivity / rec.epsilon) / w_r
+            theorem4 = (
+                b_r + lam1 * rec.sigma * math.sqrt(n_sel) + lam2 * 2.0 * rec.score_sensitivity / rec.epsilon
+            ) / w_r
             model_before = state.last_model_counts[span].astype(np.float64)
             bounds.append(np.abs(synth[span] - model_before).sum() + theorem4)
             supported.append(False)
