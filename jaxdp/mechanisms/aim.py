@@ -59,6 +59,8 @@ from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_datac
 logger = logging.getLogger(__name__)
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GAUSSIAN = noise.PRIMITIVES.index("gaussian")
+_EXPONENTIAL = noise.PRIMITIVES.index("exponential")
 
 
 class RoundRecord(NamedTuple):
@@ -80,7 +82,7 @@ class RoundRecord(NamedTuple):
 class AIMState(NamedTuple):
     """measurements: the released noisy marginals; model: the fitted graphical model (None before
     round 0); sigma, epsilon: the next round's parameters; rho_spent; rounds_done; done: the
-    filter has spent the budget; charges: (label, primitive, sensitivity, scale) of every
+    filter has spent the budget; charges: (primitive code, sensitivity, scale) of every
     primitive invoked, in order (the realised plan); records: one RoundRecord per selection round;
     last_round: (len(workload),) the last selection round in which each workload marginal was a
     candidate (-1: never); last_model_counts: (workload.n_queries,) M_r(p_hat_{t-1}) of that round.
@@ -181,7 +183,9 @@ class AIM:
     def realised_plan(self, state: AIMState) -> Plan:
         """The plan the filter followed: one charge per primitive invoked, within the budget."""
         plan = Plan(self.plan.rho_budget, self.plan.epsilon, self.plan.delta, self.plan.conversion)
-        for label, primitive, sensitivity, scale in state.charges:
+        for i, (code, sensitivity, scale) in enumerate(state.charges):
+            primitive = noise.PRIMITIVES[code]
+            label = "measure 1-way marginals" if i == 0 else f"{primitive} (round {(i + 1) // 2})"
             plan = plan.with_charge(PlannedCharge(label, primitive, sensitivity, scale))
         return plan.check()
 
@@ -246,7 +250,7 @@ class AIM:
             model=model,
             rho_spent=spent,
             rounds_done=1,
-            charges=(("measure 1-way marginals", "gaussian", sensitivity, sigma),),
+            charges=((_GAUSSIAN, sensitivity, sigma),),
         )
         return self._anneal_or_finish(new, changed=True), RoundInfo(charges=(_idle("exponential"), charge))
 
@@ -379,8 +383,8 @@ class AIM:
             done=last,
             charges=(
                 *state.charges,
-                (f"select (round {t})", "exponential", delta_t, scale),
-                (f"measure (round {t})", "gaussian", self.l2_sensitivity, sigma_used),
+                (_EXPONENTIAL, delta_t, scale),
+                (_GAUSSIAN, self.l2_sensitivity, sigma_used),
             ),
             records=(*state.records, record),
             last_round=last_round,
