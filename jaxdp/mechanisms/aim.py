@@ -565,7 +565,8 @@ def aim(
         conversion: "exact" or "simple" (see `jaxdp.accounting`).
         max_model_size: junction-tree size cap in megabytes (the paper's MAX-SIZE, 80 MB).
         max_rounds: T, the rounds the initial sigma and epsilon are calibrated for (default
-            16 d); also the most adaptive rounds the filter will run.
+            16 d, at least the workload's attributes); also the most adaptive rounds the filter
+            will run.
         alpha: share of each round's budget spent on measurement (the rest on selection).
         iters: mirror-descent iterations per round (warm-started); final_iters for the last.
 
@@ -588,6 +589,12 @@ def aim(
     iters = _checks.positive_int(iters, "iters")
     final_iters = _checks.positive_int(final_iters, "final_iters")
     candidates = downward_closure(workload)
+    one_way = sum(len(c) == 1 for c in candidates.cliques)
+    if max_rounds < one_way:
+        # Theorem 1 needs T >= d: the initial 1-way measurements cost alpha rho d1 / T <= rho.
+        raise ValueError(
+            f"max_rounds must be >= {one_way} (the attributes in the workload), got {max_rounds}"
+        )
     weights = tuple(float(w) for w in aim_weights(workload, candidates))
     n = len(data)
     # Work in counts under both relations (n is public under replace-one, so counts and fractions
