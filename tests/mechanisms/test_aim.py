@@ -156,8 +156,9 @@ def _bounds_and_errors(seeds, confidence):
 
 
 def test_error_bounds_cover_the_true_error():
-    """Coverage over 2 runs x 6 marginals at confidence 0.9 (40 runs in the slow test). The bounds are conservative (the
-    paper reports ratios 4-8 to the true error), so the observed coverage is near 1; a coverage
+    """Coverage over 2 runs x 6 marginals at confidence 0.9 (40 runs in the slow test). The
+    bounds are conservative (the paper reports ratios 4-8 to the true error), so the observed
+    coverage is near 1; a coverage
     below 0.9 would mean a broken bound. Negative control: a tenth of the bound misses often."""
     bound, error = _bounds_and_errors(range(2), 0.9)
     assert np.mean(bound >= error) >= 0.9
@@ -182,3 +183,41 @@ def test_bad_arguments_are_refused():
     mech = _aim()
     with pytest.raises(ValueError, match="confidence"):
         mech.error_bounds(loop.run(mech, jax.random.key(0)).state, confidence=1.0)
+
+
+def test_cli_writes_records_and_per_marginal_error_bounds(tmp_path):
+    import json
+
+    from jaxdp import cli
+
+    data = tiny_dataset()
+    np.savetxt(tmp_path / "d.csv", data.codes, fmt="%d", delimiter=",", header="a,b,c,d", comments="")
+    (tmp_path / "dom.json").write_text(json.dumps({"a": 3, "b": 4, "c": 2, "d": 5}))
+    argv = [
+        "synth",
+        "--mechanism",
+        "aim",
+        "--data",
+        str(tmp_path / "d.csv"),
+        "--domain",
+        str(tmp_path / "dom.json"),
+    ]
+    argv += [
+        "--workload",
+        "all-2way",
+        "--epsilon",
+        "1",
+        "--relation",
+        "add-remove",
+        "--seed",
+        "0",
+        "--rounds",
+        "4",
+    ]
+    argv += ["--out", str(tmp_path / "s.csv"), "--report", str(tmp_path / "r.json"), "--confidence", "0.9"]
+    assert cli.main(argv) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rho_spent"] <= report["rho_budget"]
+    bounds = report["error_bounds"]
+    assert bounds["confidence"] == 0.9 and len(bounds["marginals"]) == 6
+    assert all(m["l1_bound"] > 0 for m in bounds["marginals"])
