@@ -13,8 +13,10 @@ from jaxdp.evaluate import answer_errors, workload_errors
 from jaxdp.keys import secure_root_key
 from jaxdp.loop import RunResult, release, run
 from jaxdp.mechanisms import (
+    AIM,
     Gaussian,
     Independent,
+    aim,
     dualquery,
     fem,
     gaussian,
@@ -33,6 +35,7 @@ from jaxdp.types import Neighboring, Sensitive
 __version__ = "0.1.0"
 
 __all__ = [
+    "AIM",
     "AuditError",
     "BudgetExceededError",
     "Categorical",
@@ -49,6 +52,7 @@ __all__ = [
     "Sensitive",
     "__version__",
     "accounting",
+    "aim",
     "answer_errors",
     "audit",
     "datasets",

@@ -3,7 +3,9 @@
 Jittable mechanisms run under `lax.scan` inside one `jax.jit`, in blocks of rounds when progress
 is reported (at most two compiled programs: the block and a shorter last block). Mechanisms that
 declare `jittable = False` (data-dependent shapes, host solvers) run in a Python loop with the
-same `step(state, key)` contract and the same keys.
+same `step(state, key)` contract and the same keys. Such a mechanism may also adapt its budget
+(a privacy filter, as AIM does): it then offers `finished(state)`, which ends the loop early, and
+`realised_plan(state)`, the charges it actually decided on, which the ledger is checked against.
 """
 
 from __future__ import annotations
@@ -80,8 +82,16 @@ def run(
     else:
         state, info = _run_python(mechanism, key, rounds, progress)
     ledger = ledger_from_info(info)
-    check_ledger(ledger, mechanism.plan, complete=rounds == planned)
+    check_ledger(ledger, realised_plan(mechanism, state), complete=rounds == planned)
     return RunResult(state, info, ledger)
+
+
+def realised_plan(mechanism, state):
+    """The plan a run is audited against: the factory's fixed plan, or, for a mechanism with a
+    privacy filter, the charges it decided on during the run (each within the budget)."""
+    if hasattr(mechanism, "realised_plan"):
+        return mechanism.realised_plan(state)
+    return mechanism.plan
 
 
 def _block_sizes(rounds: int, progress: Progress | None, blocks: int) -> list[int]:
@@ -110,10 +120,13 @@ def _run_jitted(mechanism, key, rounds, progress, blocks):
 def _run_python(mechanism, key, rounds, progress):
     state = mechanism.init(stream_key(key, Stream.INIT))
     infos = []
+    finished = getattr(mechanism, "finished", lambda _: False)
     for t in range(rounds):
         state, info = mechanism.step(state, round_key(key, t))
         infos.append(info)
         _report(progress, t + 1, rounds)
+        if finished(state):
+            break
     info = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *infos)
     return state, info
 

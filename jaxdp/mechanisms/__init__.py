@@ -2,6 +2,7 @@
 
 from jaxdp.mechanisms._histogram import AdaptiveHistogram
 from jaxdp.mechanisms._relaxed import RelaxedAdaptive
+from jaxdp.mechanisms.aim import AIM, aim
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import Gaussian, GaussianState, gaussian
@@ -12,12 +13,14 @@ from jaxdp.mechanisms.pep import pep, pep_pub
 from jaxdp.mechanisms.rap import rap, rap_softmax
 
 __all__ = [
+    "AIM",
     "AdaptiveHistogram",
     "Gaussian",
     "GaussianState",
     "Independent",
     "IndependentState",
     "RelaxedAdaptive",
+    "aim",
     "dualquery",
     "fem",
     "gaussian",

@@ -1,0 +1,138 @@
+"""AIM on ADULT (Private-PGM estimation): workload error, seconds per run, scoring time per round.
+
+The issue's settings: epsilon = 1, delta = 1e-9, all 3-way marginals of a 6-attribute projection
+(age, education-num, marital-status, occupation, sex, income>50K) or of all 14 attributes, data
+from ../shared/data/private-pgm/ (skipped with a message when absent). Workload error is AIM's
+(Definition 2, unweighted): the mean over workload marginals of the L1 distance between the
+normalised marginals of the real and synthetic tables (`jaxdp.evaluate`, key "mean_l1").
+
+    python bench/bench_aim.py [--attributes 6|14] [--seeds 0 1 2 3 4] [--epsilon 1] [--out F.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+from _common import Recorder, load_average
+
+import jaxdp
+from jaxdp import evaluate, loop
+from jaxdp.domain import Dataset, Domain
+from jaxdp.families import pgm
+from jaxdp.queries import all_kway
+
+DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "private-pgm")
+SIX = ("age", "education-num", "marital-status", "occupation", "sex", "income>50K")
+
+
+def load_adult(attributes: int) -> Dataset | None:
+    csv = os.path.join(DATA_DIR, "adult.csv")
+    if not os.path.exists(csv):
+        for alt in ("/work/shared/data/private-pgm",):
+            if os.path.exists(os.path.join(alt, "adult.csv")):
+                csv = os.path.join(alt, "adult.csv")
+        if not os.path.exists(csv):
+            print(f"bench_aim: skipped, ADULT not found at {DATA_DIR} (needs ../shared)", file=sys.stderr)
+            return None
+    with open(os.path.join(os.path.dirname(csv), "adult-domain.json")) as f:
+        sizes = json.load(f)
+    with open(csv) as f:
+        header = f.readline().strip().split(",")
+    codes = np.loadtxt(csv, delimiter=",", skiprows=1, dtype=np.int32)
+    names = list(SIX) if attributes == 6 else header
+    columns = [header.index(c) for c in names]
+    domain = Domain.from_sizes({c: sizes[c] for c in names})
+    return Dataset.from_codes(domain, codes[:, columns])
+
+
+class TimingLog(logging.Handler):
+    """Collects AIM's per-round timings from its debug log."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.rounds: list[dict] = []
+
+    def emit(self, record):
+        timing = getattr(record, "aim_timing", None)
+        if timing is not None:
+            self.rounds.append(dict(timing))
+
+
+def run_once(data, workload, seed: int, epsilon: float, delta: float, **options) -> dict:
+    handler = TimingLog()
+    log = logging.getLogger("jaxdp.mechanisms.aim")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    start = time.perf_counter()
+    mech = jaxdp.aim(data, workload, epsilon=epsilon, delta=delta, **options)
+    result = loop.run(mech, jax.random.key(seed))
+    fit_s = time.perf_counter() - start
+    codes = np.asarray(loop.release(mech, result.state, jax.random.key(seed)))
+    total_s = time.perf_counter() - start
+    log.removeHandler(handler)
+    synthetic = Dataset.from_codes(data.domain, codes)
+    errors = evaluate.workload_errors(data, synthetic, workload)
+    bounds = mech.error_bounds(result.state, 0.95, synthetic=codes)
+    true_l1 = np.add.reduceat(
+        np.abs(
+            evaluate._counts(data.codes, workload)
+            - evaluate._counts(codes, workload) * len(data) / len(codes)
+        ),
+        np.asarray(workload.offsets),
+    )
+    model = pgm.ModelMarginals(result.state.model)
+    model_errors = evaluate.answer_errors(
+        evaluate.fractions(data, workload), model.counts(workload.cliques) / model.total, workload
+    )
+    score = [r["score_s"] for r in handler.rounds]
+    return {
+        "seed": seed,
+        "epsilon": epsilon,
+        "mean_l1": errors["mean_l1"],
+        "model_mean_l1": model_errors["mean_l1"],
+        "run_s": fit_s,
+        "total_s": total_s,
+        "rounds": int(result.state.rounds_done),
+        "score_s_per_round_median": float(np.median(score)) if score else None,
+        "score_s_per_round_max": float(np.max(score)) if score else None,
+        "filter_s_per_round_median": float(np.median([r["filter_s"] for r in handler.rounds]))
+        if score
+        else None,
+        "fit_s_per_round_median": float(np.median([r["fit_s"] for r in handler.rounds])) if score else None,
+        "eligible_max": max((r["eligible"] for r in handler.rounds), default=0),
+        "bounds_cover": float(np.mean(bounds.bound >= true_l1)),
+        "bound_median_ratio": float(np.median(bounds.bound / np.maximum(true_l1, 1e-9))),
+        "rho_spent_over_budget": float(result.state.rho_spent / mech.plan.rho_budget),
+        "load_avg": load_average(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--attributes", type=int, choices=(6, 14), default=6)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--delta", type=float, default=1e-9)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    data = load_adult(args.attributes)
+    if data is None:
+        return
+    workload = all_kway(data.domain.sizes, 3)
+    recorder = Recorder(args.out)
+    for seed in args.seeds:
+        row = run_once(data, workload, seed, args.epsilon, args.delta)
+        recorder.emit(
+            "aim", {"attributes": args.attributes, "marginals": len(workload), "records": len(data)}, **row
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""AIM: filter accounting, annealing, exact model marginals, sampling and error bounds."""
+
+import math
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import audit, loop
+from jaxdp.families import pgm
+from jaxdp.queries import all_kway, marginal_counts
+
+from .conftest import tiny_dataset
+
+SMALL = {"max_rounds": 4, "iters": 20, "final_iters": 20}
+
+
+def _aim(data=None, epsilon=1.0, **kw):
+    data = data or tiny_dataset()
+    return jaxdp.aim(data, all_kway(data.domain.sizes, 2), epsilon=epsilon, delta=1e-6, **{**SMALL, **kw})
+
+
+def test_core_import_does_not_need_mbi():
+    code = "import sys, jaxdp; jaxdp.aim; print('mbi' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_annealing_rule_on_a_scripted_sequence():
+    """Algorithm 4 on a scripted 'did the model change' sequence: sigma halves and epsilon
+    doubles exactly when it did not; the final round spends exactly what is left."""
+    mech = _aim(max_rounds=40)
+    state = mech.init(jax.random.key(0))
+    sigma0, eps0 = state.sigma, state.epsilon
+    state = state._replace(rho_spent=0.1 * mech.plan.rho_budget, rounds_done=1)
+    script = [True, False, True, False, False, True, True, False, True, True, True, True]
+    sigmas, expected = [], sigma0
+    for changed in script:
+        if state.epsilon is None:
+            break
+        state = state._replace(rho_spent=state.rho_spent + mech._round_cost(state.sigma, state.epsilon))
+        state = mech._anneal_or_finish(state._replace(rounds_done=state.rounds_done + 1), changed=changed)
+        expected = expected if changed else expected / 2
+        sigmas.append(state.sigma)
+        assert state.sigma == pytest.approx(expected)
+        if state.epsilon is not None:
+            assert state.epsilon == pytest.approx(eps0 * sigma0 / expected)
+    assert state.epsilon is None, "the scripted sequence must reach the filter's final round"
+    remaining = mech.plan.rho_budget - state.rho_spent
+    assert remaining > 0
+    sigma, epsilon = mech._final_parameters(remaining)
+    assert mech._round_cost(sigma, epsilon) == pytest.approx(remaining, rel=1e-12)
+    assert len(sigmas) < len(script)
+
+
+@pytest.mark.parametrize(("relation", "epsilon"), [("add-remove", 0.3), ("replace-one", 3.0)])
+def test_filter_spends_the_budget_and_never_more(relation, epsilon):
+    mech = _aim(epsilon=epsilon, relation=relation)
+    result = loop.run(mech, jax.random.key(11))
+    spent = audit.rho_spent(result.ledger)
+    assert spent <= mech.plan.rho_budget
+    assert spent == pytest.approx(mech.plan.rho_budget, rel=1e-6)  # the final round used the rest
+    assert result.state.done and result.state.rounds_done <= mech.rounds
+    # the last round is a full select + measure round, and every round after init has both
+    assert [e.primitive for e in result.ledger[1:]] == ["exponential", "gaussian"] * (len(result.ledger) // 2)
+
+
+def test_round_cap_forces_the_final_round():
+    # T = d = 4: the 1-way marginals take 0.9 rho, too little is left for two rounds, so the
+    # first adaptive round is the filter's last and spends the rest.
+    mech = _aim(max_rounds=4)
+    result = loop.run(mech, jax.random.key(3))
+    assert result.state.rounds_done == 2
+    assert audit.rho_spent(result.ledger) == pytest.approx(mech.plan.rho_budget, rel=1e-6)
+
+
+def test_selection_prefers_the_badly_modelled_marginal():
+    """At a large budget, the first adaptive pick is a 2-way marginal with real dependence
+    (a-b or c-d in the tiny data), not an independent pair; chance alone picks one of the 2
+    dependent pairs among 10 candidates with probability 0.2 per run (0.04 for both runs)."""
+    mech = _aim(epsilon=20.0)
+    picks = []
+    for seed in range(2):
+        state = loop.run(mech, jax.random.key(seed)).state
+        picks.append(mech.candidates.cliques[state.records[0].selected])
+    assert all(p in {(0, 1), (2, 3)} for p in picks), picks
+
+
+def test_model_marginals_are_exact():
+    """Marginals from the junction-tree beliefs equal a brute-force sum of the full joint."""
+    sizes = (3, 4, 2, 5)
+    rng = np.random.default_rng(0)
+    measurements = [pgm.Measurement((i,), rng.random(s) * 100, 2.0) for i, s in enumerate(sizes)]
+    measurements += [
+        pgm.Measurement(c, rng.random(math.prod(sizes[a] for a in c)) * 30, 2.0)
+        for c in ((0, 1), (1, 2), (2, 3))
+    ]
+    model = pgm.estimate(sizes, measurements, total=None, iters=50)
+    marginals = pgm.ModelMarginals(model)
+    mbi = pgm.require_mbi()
+    joint = np.asarray(
+        mbi.marginal_oracles.variable_elimination(model.potentials, (0, 1, 2, 3), 1.0).datavector(
+            flatten=False
+        )
+    )
+    for clique in [(0,), (1, 2), (0, 3), (0, 1, 3), (0, 2, 3), (0, 1, 2, 3)]:
+        drop = tuple(i for i in range(4) if i not in clique)
+        np.testing.assert_allclose(marginals.marginal(clique), joint.sum(axis=drop).reshape(-1), atol=1e-6)
+
+
+def test_synthetic_records_agree_with_the_model_on_unmeasured_marginals():
+    mech = _aim(epsilon=3.0)
+    state = loop.run(mech, jax.random.key(5)).state
+    measured = {m.clique for m in state.measurements}
+    rows = 100_000
+    codes = loop.release(mech, state, jax.random.key(5), rows=rows)
+    model = pgm.ModelMarginals(state.model)
+    unmeasured = [c for c in mech.workload.cliques if c not in measured] + [(0, 1, 2, 3)]
+    for clique in unmeasured:
+        wl = jaxdp.queries.from_cliques(mech.workload.sizes, [clique])
+        empirical = np.asarray(marginal_counts(codes, wl)) / rows
+        expected = model.marginal(clique)
+        # i.i.d. standard error bounds the stratified sampler's; 5 SE per cell, Bonferroni over
+        # <= 200 cells: false-failure rate < 2e-4.
+        tolerance = 5 * np.sqrt(expected * (1 - expected) / rows) + 1e-4
+        assert np.all(np.abs(empirical - expected) <= tolerance), clique
+
+
+def test_release_is_deterministic_under_a_key():
+    mech = _aim()
+    state = loop.run(mech, jax.random.key(2)).state
+    a = loop.release(mech, state, jax.random.key(9), rows=500)
+    b = loop.release(mech, state, jax.random.key(9), rows=500)
+    c = loop.release(mech, state, jax.random.key(10), rows=500)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.array_equal(np.asarray(a), np.asarray(c))
+
+
+def _bounds_and_errors(seeds, confidence):
+    """(bound, true L1 error of the released records) for every (run, workload marginal)."""
+    data = tiny_dataset()
+    pairs = []
+    for seed in seeds:
+        mech = _aim(data, epsilon=1.0)
+        result = loop.run(mech, jax.random.key(100 + seed))
+        codes = np.asarray(loop.release(mech, result.state, jax.random.key(seed)))
+        bounds = mech.error_bounds(result.state, confidence, synthetic=codes)
+        true = np.asarray(marginal_counts(data.codes, mech.workload), np.float64)
+        synth = np.asarray(marginal_counts(codes, mech.workload), np.float64)
+        error = np.add.reduceat(np.abs(true - synth), np.asarray(mech.workload.offsets))
+        pairs.append(np.stack([bounds.bound, error]))
+    return np.concatenate(pairs, axis=1)
+
+
+def test_error_bounds_cover_the_true_error():
+    """Coverage over 2 runs x 6 marginals at confidence 0.9 (40 runs in the slow test). The
+    bounds are conservative (the paper reports ratios 4-8 to the true error), so the observed
+    coverage is near 1; a coverage
+    below 0.9 would mean a broken bound. Negative control: a tenth of the bound misses often."""
+    bound, error = _bounds_and_errors(range(2), 0.9)
+    assert np.mean(bound >= error) >= 0.9
+    assert np.mean(0.1 * bound >= error) < 0.9
+
+
+@pytest.mark.slow
+def test_error_bounds_cover_the_true_error_many_seeds():
+    bound, error = _bounds_and_errors(range(40), 0.95)
+    assert np.mean(bound >= error) >= 0.95
+
+
+def test_bad_arguments_are_refused():
+    data = tiny_dataset()
+    wl = all_kway(data.domain.sizes, 2)
+    with pytest.raises(ValueError, match="alpha"):
+        jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, alpha=1.0)
+    with pytest.raises(ValueError, match="max_rounds"):
+        jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, max_rounds=3)
+    with pytest.raises(ValueError, match="max_model_size"):
+        jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, max_model_size=0.0)
+    mech = _aim()
+    with pytest.raises(ValueError, match="confidence"):
+        mech.error_bounds(loop.run(mech, jax.random.key(0)).state, confidence=1.0)
+
+
+def test_cli_writes_records_and_per_marginal_error_bounds(tmp_path):
+    import json
+
+    from jaxdp import cli
+
+    data = tiny_dataset()
+    np.savetxt(tmp_path / "d.csv", data.codes, fmt="%d", delimiter=",", header="a,b,c,d", comments="")
+    (tmp_path / "dom.json").write_text(json.dumps({"a": 3, "b": 4, "c": 2, "d": 5}))
+    argv = [
+        "synth",
+        "--mechanism",
+        "aim",
+        "--data",
+        str(tmp_path / "d.csv"),
+        "--domain",
+        str(tmp_path / "dom.json"),
+    ]
+    argv += [
+        "--workload",
+        "all-2way",
+        "--epsilon",
+        "1",
+        "--relation",
+        "add-remove",
+        "--seed",
+        "0",
+        "--rounds",
+        "4",
+    ]
+    argv += ["--out", str(tmp_path / "s.csv"), "--report", str(tmp_path / "r.json"), "--confidence", "0.9"]
+    assert cli.main(argv) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rho_spent"] <= report["rho_budget"]
+    bounds = report["error_bounds"]
+    assert bounds["confidence"] == 0.9 and len(bounds["marginals"]) == 6
+    assert all(m["l1_bound"] > 0 for m in bounds["marginals"])
