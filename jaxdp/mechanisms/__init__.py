@@ -10,6 +10,7 @@ from jaxdp.mechanisms.independent import Independent, IndependentState, independ
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
 from jaxdp.mechanisms.rap import rap, rap_softmax
+from jaxdp.mechanisms.rap_plus import RapPlusPlus, rap_plus_plus
 
 __all__ = [
     "AdaptiveHistogram",
@@ -18,6 +19,7 @@ __all__ = [
     "Independent",
     "IndependentState",
     "RelaxedAdaptive",
+    "RapPlusPlus",
     "dualquery",
     "fem",
     "gaussian",
@@ -29,5 +31,6 @@ __all__ = [
     "pep_pub",
     "pmw_pub",
     "rap",
+    "rap_plus_plus",
     "rap_softmax",
 ]
