@@ -333,7 +333,7 @@ class RapPlusPlus:
                 p, s, i, _ = inner
                 _, grads = value_and_grad(p, class_states, sigma)
                 updates, s = optimizer.update(grads, s, p)
-                return self.family.constrain(optax.apply_updates(p, updates)), s, i + 1, optax.global_norm(grads)
+                return self.family.constrain(optax.apply_updates(p, updates)), s, i + 1, optax.tree.norm(grads)
 
             p, _, i, _ = jax.lax.while_loop(
                 cond, body, (p, optimizer.init(p), jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, jnp.float32))
@@ -377,11 +377,11 @@ def rap_plus_plus(
     epsilon: float | None = None,
     delta: float | None = None,
     rho: float | None = None,
-    n_rows: int = 1000,
-    sigma_start: float = 4.0,
+    n_rows: int = 500,
+    sigma_start: float = 8.0,
     stages: int = 8,
     gamma: float = 1e-4,
-    max_stage_steps: int = 100,
+    max_stage_steps: int = 25,
     learning_rate: float = 0.05,
     alpha: float = 0.5,
     rounds: int | None = None,
