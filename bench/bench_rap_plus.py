@@ -131,18 +131,18 @@ def main() -> int:
         for seed in args.seeds:
             runs = {}
             classes = rp.default_classes(domain, jax.random.key(0), **quick)
-            runs["rap++"] = lambda c=classes: jaxdp.rap_plus_plus(
-                train, c, epsilon=eps, delta=DELTA, **settings
+            runs["rap++"] = lambda c=classes, e=eps: jaxdp.rap_plus_plus(
+                train, c, epsilon=e, delta=DELTA, **settings
             )
             if args.variants:
                 cm_lt = [c for c in classes if c.kind != "mixed_marginals"]
-                runs["rap++(cm+lt)"] = lambda c=cm_lt: jaxdp.rap_plus_plus(
-                    train, c, epsilon=eps, delta=DELTA, **settings
+                runs["rap++(cm+lt)"] = lambda c=cm_lt, e=eps: jaxdp.rap_plus_plus(
+                    train, c, epsilon=e, delta=DELTA, **settings
                 )
-            runs["rap-softmax-binned"] = lambda: jaxdp.rap_softmax(
+            runs["rap-softmax-binned"] = lambda e=eps: jaxdp.rap_softmax(
                 train_binned,
                 bin_workload,
-                epsilon=eps,
+                epsilon=e,
                 delta=DELTA,
                 rounds=2 if args.quick else 14,
                 marginals_per_round=2,
@@ -181,7 +181,18 @@ def main() -> int:
 
 
 def write_table(records: list[dict], path: str) -> None:
-    fields = ["mechanism", "epsilon", "seed", "mm_mean", "lt_mean", "mm_max", "lt_max", "f1_synthetic", "f1_real", "seconds"]
+    fields = [
+        "mechanism",
+        "epsilon",
+        "seed",
+        "mm_mean",
+        "lt_mean",
+        "mm_max",
+        "lt_max",
+        "f1_synthetic",
+        "f1_real",
+        "seconds",
+    ]
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()

@@ -206,7 +206,9 @@ def _synth(args: argparse.Namespace) -> None:
         mech = gaussian(data, workload, **budget)
     elif args.mechanism == "rap++":
         # The random threshold queries are public: a fixed query-set key, not the noise key.
-        classes = default_classes(data.domain, jax.random.key(0), workload=workload, marginal_rounds=args.rounds)
+        classes = default_classes(
+            data.domain, jax.random.key(0), workload=workload, marginal_rounds=args.rounds
+        )
         mech = rap_plus_plus(data, classes, **budget)
         workload = classes[0].queries
         args.workload = args.workload or "feature x feature x target"

@@ -31,7 +31,13 @@ def features(data: Dataset, target: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_logistic(
-    x: np.ndarray, y: np.ndarray, n_classes: int, *, steps: int = 500, learning_rate: float = 0.05, l2: float = 1e-4
+    x: np.ndarray,
+    y: np.ndarray,
+    n_classes: int,
+    *,
+    steps: int = 500,
+    learning_rate: float = 0.05,
+    l2: float = 1e-4,
 ) -> tuple[jax.Array, jax.Array]:
     """(weights (width, n_classes), bias (n_classes,)) of a multinomial logistic regression."""
     x, y = jnp.asarray(x), jnp.asarray(y)

@@ -296,7 +296,9 @@ class RapPlusPlus:
 
             return run_class
 
-        class_states, charges = jax.lax.switch(which, [branch(c) for c in range(len(self.classes))], state.classes)
+        class_states, charges = jax.lax.switch(
+            which, [branch(c) for c in range(len(self.classes))], state.classes
+        )
         params, steps, best_stage = self.project(state.params, class_states)
         new = RapPlusState(
             params=params,
@@ -333,10 +335,17 @@ class RapPlusPlus:
                 p, s, i, _ = inner
                 _, grads = value_and_grad(p, class_states, sigma)
                 updates, s = optimizer.update(grads, s, p)
-                return self.family.constrain(optax.apply_updates(p, updates)), s, i + 1, optax.tree.norm(grads)
+                return (
+                    self.family.constrain(optax.apply_updates(p, updates)),
+                    s,
+                    i + 1,
+                    optax.tree.norm(grads),
+                )
 
             p, _, i, _ = jax.lax.while_loop(
-                cond, body, (p, optimizer.init(p), jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, jnp.float32))
+                cond,
+                body,
+                (p, optimizer.init(p), jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, jnp.float32)),
             )
             hard = self.loss(p, class_states, None)
             better = hard < best_loss
@@ -417,7 +426,9 @@ def rap_plus_plus(
         raise ValueError("rap++ measures normalised answers: relation must be 'replace-one' (n public)")
     if isinstance(classes, MarginalWorkload):
         classes = [
-            categorical_marginals(classes, rounds=10 if rounds is None else rounds, per_round=marginals_per_round)
+            categorical_marginals(
+                classes, rounds=10 if rounds is None else rounds, per_round=marginals_per_round
+            )
         ]
     elif rounds is not None:
         raise ValueError("rounds is set per query class; pass it to the class constructors")
@@ -479,9 +490,11 @@ def rap_plus_plus(
             )
         label = f"{spec.kind}[{i}]"
         plan = plan.with_charge(
-            PlannedCharge(f"select {label}", "gumbel_top_k", select_sensitivity, select_scale, count=k_c, times=t_c)
+            PlannedCharge(
+                f"select {label}", "gumbel_top_k", select_sensitivity, select_scale, count=k_c, times=t_c
+            )
         ).with_charge(PlannedCharge(f"measure {label}", "gaussian", measure_sensitivity, sigma, times=t_c))
-        round_rho.append((rho_select + rho_measure))
+        round_rho.append(rho_select + rho_measure)
     plan = plan.check()
     schedule, class_round = _interleave([c.rounds for c in classes])
     thresholds = any(c.kind != "categorical_marginals" for c in classes)
@@ -512,7 +525,11 @@ def _check_candidates(i: int, needed: int, available: int, what: str) -> None:
 
 
 def _explicit(queries, kind: str, i: int, sizes, n_numeric) -> MixedMarginalQueries | LinearThresholdQueries:
-    expected = MixedMarginalQueries if kind == "mixed_marginals" else (LinearThresholdQueries, RandomLinearThresholds)
+    expected = (
+        MixedMarginalQueries
+        if kind == "mixed_marginals"
+        else (LinearThresholdQueries, RandomLinearThresholds)
+    )
     if not isinstance(queries, expected):
         raise TypeError(f"classes[{i}]: {kind} takes {expected}, got {type(queries).__name__}")
     if tuple(queries.sizes) != tuple(sizes) or queries.n_numeric != n_numeric:
@@ -584,7 +601,9 @@ def default_classes(
         labels = [cat_names.index(target)] if target is not None else list(range(len(sizes)))
         mixed = _target_prefix_queries(jax.random.fold_in(key, 0), sizes, n_numeric, mixed_candidates, labels)
         out.append(mixed_marginals(mixed, rounds=mixed_rounds, per_round=per_round))
-        linear = random_linear_thresholds(jax.random.fold_in(key, 1), sizes, n_numeric, linear_candidates, labels)
+        linear = random_linear_thresholds(
+            jax.random.fold_in(key, 1), sizes, n_numeric, linear_candidates, labels
+        )
         out.append(linear_thresholds(linear, rounds=linear_rounds, per_round=per_round))
     return out
 

@@ -1,6 +1,7 @@
 """RAP++: tempered vs hard answers, annealing, sensitivities on neighbours, end to end."""
 
 import dataclasses
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,12 @@ from jaxdp.queries import (
 )
 
 DOMAIN = Domain(
-    (Categorical("y", 2, ("no", "yes")), Numeric("x", 0.0, 10.0), Categorical("c", 3), Numeric("z", -1.0, 1.0)),
+    (
+        Categorical("y", 2, ("no", "yes")),
+        Numeric("x", 0.0, 10.0),
+        Categorical("c", 3),
+        Numeric("z", -1.0, 1.0),
+    ),
     target="y",
 )
 
@@ -39,7 +45,9 @@ def mixed_dataset(n=600, seed=0) -> Dataset:
 
 def one_hot_rows(data: Dataset):
     """Relaxed rows that are exactly the records (one-hot probabilities, true numerics)."""
-    probs = np.concatenate([np.eye(s, dtype=np.float32)[data.codes[:, j]] for j, s in enumerate(data.domain.sizes)], 1)
+    probs = np.concatenate(
+        [np.eye(s, dtype=np.float32)[data.codes[:, j]] for j, s in enumerate(data.domain.sizes)], 1
+    )
     return jnp.asarray(probs), jnp.asarray(data.numeric)
 
 
@@ -63,14 +71,18 @@ def test_tempered_answers_tend_to_hard_answers_as_sigma_grows():
     hard_mm = np.asarray(mixed_marginal_answers(data.codes, data.numeric, mixed)) / len(data)
     hard_lt = np.asarray(linear_threshold_answers(data.codes, data.numeric, linear)) / len(data)
     # the relaxed kernels with sigma=None are the exact answers of one-hot rows
-    np.testing.assert_allclose(relaxed_mixed_marginal_answers(probs, numeric, mixed, None), hard_mm, atol=1e-6)
-    np.testing.assert_allclose(relaxed_linear_threshold_answers(probs, numeric, linear, None), hard_lt, atol=1e-6)
+    np.testing.assert_allclose(
+        relaxed_mixed_marginal_answers(probs, numeric, mixed, None), hard_mm, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        relaxed_linear_threshold_answers(probs, numeric, linear, None), hard_lt, atol=1e-6
+    )
     gaps = []
     for sigma in (4.0, 64.0, 1024.0, 16384.0):
         mm = np.asarray(relaxed_mixed_marginal_answers(probs, numeric, mixed, sigma))
         lt = np.asarray(relaxed_linear_threshold_answers(probs, numeric, linear, sigma))
         gaps.append(max(np.abs(mm - hard_mm).max(), np.abs(lt - hard_lt).max()))
-    assert all(b < a for a, b in zip(gaps, gaps[1:], strict=False)), gaps
+    assert all(b < a for a, b in itertools.pairwise(gaps)), gaps
     assert gaps[0] > 0.05 and gaps[-1] < 0.01  # a real approximation error that vanishes
 
 
@@ -132,10 +144,14 @@ def test_declared_sensitivities_and_plan():
         jaxdp.rap_plus_plus(data, small_classes(), epsilon=1.0, delta=1e-6, relation="add-remove")
     with pytest.raises(ValueError, match="exceeds its 200 queries"):
         jaxdp.rap_plus_plus(
-            data, [rp.mixed_marginals(small_classes()[1].queries, rounds=50, per_round=5)], epsilon=1.0, delta=1e-6
+            data,
+            [rp.mixed_marginals(small_classes()[1].queries, rounds=50, per_round=5)],
+            epsilon=1.0,
+            delta=1e-6,
         )
 
 
+@pytest.mark.slow
 def test_annealing_beats_every_fixed_sigma_on_a_toy_problem():
     """Paper Figure 1 at small scale: fit 1-d prefix marginals of a bimodal numeric column with
     the same step budget; annealing (sigma 2 -> 2^10) ends with lower exact (hard) error than
@@ -187,11 +203,13 @@ def test_annealing_beats_every_fixed_sigma_on_a_toy_problem():
 
 def test_mixed_rows_stay_in_bounds_and_release_decodes_to_original_units():
     data = mixed_dataset()
-    mech = jaxdp.rap_plus_plus(data, small_classes(), epsilon=2.0, delta=1e-6, n_rows=64, stages=3, max_stage_steps=10)
+    mech = jaxdp.rap_plus_plus(
+        data, small_classes(), epsilon=2.0, delta=1e-6, n_rows=64, stages=3, max_stage_steps=10
+    )
     key = jax.random.key(5)
     result = jaxdp.run(mech, key)
     audit.check_ledger(list(result.ledger), mech.plan)
-    logits, numeric = result.state.params
+    _, numeric = result.state.params
     assert float(numeric.min()) >= 0.0 and float(numeric.max()) <= 1.0
     codes, values = jaxdp.release(mech, result.state, key, rows=300)
     synth = Dataset(DOMAIN, np.asarray(codes), np.asarray(values))
@@ -203,6 +221,7 @@ def test_mixed_rows_stay_in_bounds_and_release_decodes_to_original_units():
     assert len(np.unique(cols["x"])) > 20
 
 
+@pytest.mark.slow
 def test_rap_plus_plus_fits_the_measured_thresholds_better_than_its_start():
     data = mixed_dataset(n=2000, seed=3)
     mech = jaxdp.rap_plus_plus(data, small_classes(), epsilon=20.0, delta=1e-6, n_rows=100)
@@ -222,7 +241,9 @@ def test_categorical_only_data_runs_as_rap():
     from tests.mechanisms.conftest import tiny_dataset
 
     data = tiny_dataset()
-    mech = jaxdp.rap_plus_plus(data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6, rounds=3, n_rows=50)
+    mech = jaxdp.rap_plus_plus(
+        data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6, rounds=3, n_rows=50
+    )
     assert mech.stages == 1 and mech.family.n_numeric == 0
     result = jaxdp.run(mech, jax.random.key(0))
     codes, numeric = jaxdp.release(mech, result.state, jax.random.key(1))
