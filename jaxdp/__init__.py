@@ -28,6 +28,7 @@ from jaxdp.mechanisms import (
     pep_pub,
     pmw_pub,
     rap,
+    rap_plus_plus,
     rap_softmax,
 )
 from jaxdp.types import Neighboring, Sensitive
@@ -70,6 +71,7 @@ __all__ = [
     "pmw_pub",
     "queries",
     "rap",
+    "rap_plus_plus",
     "rap_softmax",
     "read_csv",
     "release",

@@ -41,6 +41,7 @@ from jaxdp.mechanisms import (
     rap,
     rap_softmax,
 )
+from jaxdp.mechanisms.rap_plus import default_classes, rap_plus_plus
 from jaxdp.queries import MarginalWorkload, all_kway, from_names
 from jaxdp.types import Neighboring
 
@@ -64,7 +65,8 @@ ADAPTIVE = {
 # an entry have their own default (rap 10, gem 50).
 DEFAULT_ROUNDS = {"mwem": 25, "pep": 25, "pmw-pub": 25, "pep-pub": 25, "dualquery": 100, "fem": 200}
 RELAXED = ("rap", "rap-softmax", "gem", "gem-pub")
-MECHANISMS = (*ONE_ROUND, *ADAPTIVE)
+MIXED = ("rap++",)  # mixed-type release: numeric columns synthesised without bins
+MECHANISMS = (*ONE_ROUND, *ADAPTIVE, *MIXED)
 
 
 class CLIError(Exception):
@@ -92,7 +94,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "depend on the (private) record count",
     )
     _add_data_args(synth)
-    synth.add_argument("--workload", default="all-3way", help="all-Kway (e.g. all-3way) or a JSON file")
+    synth.add_argument(
+        "--workload",
+        help="all-Kway (e.g. all-3way) or a JSON file; default all-3way (rap++: every "
+        "feature x feature x target marginal when the schema names a target)",
+    )
     synth.add_argument(
         "--rounds",
         type=int,
@@ -193,7 +199,11 @@ def _synth(args: argparse.Namespace) -> None:
     _check_writable(args.out, args.report, args.errors)
     started = time.perf_counter()
     data = _load_input(args.dataset, args.data, args.domain, args.schema)
-    workload = _workload(args.workload, data.domain)
+    if args.workload is None and args.mechanism in MIXED and data.domain.target is not None:
+        workload = None  # rap++ picks the paper's class-conditional marginals
+    else:
+        args.workload = args.workload or "all-3way"
+        workload = _workload(args.workload, data.domain)
     budget = dict(epsilon=args.epsilon, delta=args.delta, relation=args.relation, conversion=args.conversion)
     if (args.public is not None) != (args.mechanism in PUBLIC):
         raise CLIError("--public is required by pmw-pub, pep-pub and gem-pub, and used by no other mechanism")
@@ -202,6 +212,14 @@ def _synth(args: argparse.Namespace) -> None:
         mech = independent(data, **budget)
     elif args.mechanism == "gaussian":
         mech = gaussian(data, workload, **budget)
+    elif args.mechanism == "rap++":
+        # The random threshold queries are public: a fixed query-set key, not the noise key.
+        classes = default_classes(
+            data.domain, jax.random.key(0), workload=workload, marginal_rounds=args.rounds
+        )
+        mech = rap_plus_plus(data, classes, **budget)
+        workload = classes[0].queries
+        args.workload = args.workload or "feature x feature x target"
     else:
         options = {} if args.rounds is None else {"rounds": args.rounds}
         if args.mechanism == "aim":  # AIM picks its rounds; --rounds caps them (its T)
@@ -236,8 +254,13 @@ def _synth(args: argparse.Namespace) -> None:
         estimated = noisy if mech.relation is Neighboring.REPLACE_ONE else noisy / len(data)
         errors = answer_errors(fractions(data, workload), estimated, workload)
     else:
-        codes = np.asarray(loop.release(mech, result.state, key, rows=args.rows))
-        synthetic = Dataset(data.domain, codes, np.zeros((codes.shape[0], 0), np.float32))
+        released = loop.release(mech, result.state, key, rows=args.rows)
+        if args.mechanism in MIXED:  # (codes, numeric in [0, 1]): decoded to original units below
+            codes, numeric = (np.asarray(x) for x in released)
+        else:
+            codes = np.asarray(released)
+            numeric = np.zeros((codes.shape[0], 0), np.float32)
+        synthetic = Dataset(data.domain, codes, numeric)
         outputs[args.out] = _dataset_csv(synthetic)
         rows = int(codes.shape[0])
         errors = workload_errors(data, synthetic, workload)

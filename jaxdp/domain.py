@@ -464,5 +464,9 @@ def write_rows(fh: TextIO, dataset: Dataset) -> None:
 
 def _format_column(col: np.ndarray) -> list[str]:
     if col.dtype.kind == "f":
-        return [f"{v:.6g}" for v in col]
+        # 7 significant digits, never an exponent: float32 keeps ~7 digits of the normalised
+        # value, so this shows original units (1484705, not 1.4847e+06) without float noise.
+        return [
+            np.format_float_positional(v, precision=7, unique=False, fractional=False, trim="-") for v in col
+        ]
     return [str(v) for v in col.tolist()]

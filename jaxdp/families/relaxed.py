@@ -37,14 +37,19 @@ def sample_rows(key: Key, probs: Array, sizes: tuple[int, ...], rows: int) -> Ar
     answers the mechanism fitted.
     """
     row_key, attr_key = jax.random.split(key)
-    picked = probs[jax.random.randint(row_key, (rows,), 0, probs.shape[0])]
+    picked = jax.random.randint(row_key, (rows,), 0, probs.shape[0])
+    return sample_blocks(attr_key, probs[picked], sizes)
+
+
+def sample_blocks(key: Key, probs: Array, sizes: tuple[int, ...]) -> Array:
+    """(n_rows, n_attributes) int32: one code per attribute block of each row of `probs`."""
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     columns = []
     for j, (s, k) in enumerate(zip(starts, sizes, strict=True)):
-        block = jnp.clip(picked[:, s : s + k], 0.0, None)
+        block = jnp.clip(probs[:, s : s + k], 0.0, None)
         total = block.sum(axis=1, keepdims=True)
         block = jnp.where(total > 0, block / jnp.where(total > 0, total, 1.0), 1.0 / k)
-        columns.append(jax.random.categorical(jax.random.fold_in(attr_key, j), jnp.log(block), axis=1))
+        columns.append(jax.random.categorical(jax.random.fold_in(key, j), jnp.log(block), axis=1))
     return jnp.stack(columns, axis=1).astype(jnp.int32)
 
 

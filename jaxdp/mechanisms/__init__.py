@@ -11,6 +11,7 @@ from jaxdp.mechanisms.independent import Independent, IndependentState, independ
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
 from jaxdp.mechanisms.rap import rap, rap_softmax
+from jaxdp.mechanisms.rap_plus import RapPlusPlus, rap_plus_plus
 
 __all__ = [
     "AIM",
@@ -19,6 +20,7 @@ __all__ = [
     "GaussianState",
     "Independent",
     "IndependentState",
+    "RapPlusPlus",
     "RelaxedAdaptive",
     "aim",
     "dualquery",
@@ -32,5 +34,6 @@ __all__ = [
     "pep_pub",
     "pmw_pub",
     "rap",
+    "rap_plus_plus",
     "rap_softmax",
 ]

@@ -51,6 +51,13 @@ def soft_leq(x: Array, tau: Array, sigma: Array | float) -> Array:
     return jax.nn.sigmoid(sigma * (tau - x))
 
 
+def _leq(x: Array, tau: Array, sigma: Array | float | None) -> Array:
+    """soft_leq at inverse temperature sigma, or the hard 1{x <= tau} when sigma is None."""
+    if sigma is None:
+        return (x <= tau).astype(jnp.float32)
+    return soft_leq(x, tau, sigma)
+
+
 def _offsets(sizes: Sequence[int]) -> Array:
     return jnp.asarray(np.concatenate([[0], np.cumsum(sizes)[:-1]]), jnp.int32)
 
@@ -268,7 +275,7 @@ def relaxed_mixed_marginal_answers(
     probs: Array,
     numeric: Array,
     queries: MixedMarginalQueries,
-    sigma: Array | float,
+    sigma: Array | float | None,
     *,
     row_chunk: int = DEFAULT_ROW_CHUNK,
     query_chunk: int = DEFAULT_QUERY_CHUNK,
@@ -279,7 +286,8 @@ def relaxed_mixed_marginal_answers(
         probs: (K, sum of cat sizes) probability blocks.
         numeric: (K, n_num) numeric values.
         queries: the queries.
-        sigma: inverse temperature (may be traced, e.g. annealed).
+        sigma: inverse temperature (may be traced, e.g. annealed); None for hard thresholds
+            (the exact answers of the relaxed rows, used to judge an annealed fit).
 
     Returns:
         (n_queries,) answers.
@@ -295,7 +303,7 @@ def relaxed_mixed_marginal_answers(
         p, x = rows
         cols = offsets[ca[ids]] + cv[ids]  # (q, kc)
         val = jnp.prod(p[:, cols], axis=-1)  # (r, q)
-        val = val * jnp.prod(soft_leq(x[:, na[ids]], th[ids][None], sigma), axis=-1)
+        val = val * jnp.prod(_leq(x[:, na[ids]], th[ids][None], sigma), axis=-1)
         return jnp.sum(val * w[:, None], axis=0)
 
     total = sum_over_rows(
@@ -340,6 +348,11 @@ class LinearThresholdQueries:
 
     def __len__(self) -> int:
         return self.n_queries
+
+    def take(self, ids: Array) -> LinearThresholdQueries:
+        """The queries at `ids` (traceable, fixed shape)."""
+        la, lv, theta, tau = self.params(ids)
+        return LinearThresholdQueries(la, lv, theta, tau, self.num_attrs, self.sizes, self.n_numeric)
 
     def params(self, ids: Array) -> tuple[Array, Array, Array, Array]:
         """(label_attr, label_value, theta, tau) of the queries at `ids`."""
@@ -528,7 +541,7 @@ def relaxed_linear_threshold_answers(
     probs: Array,
     numeric: Array,
     queries: LinearThresholdFamily,
-    sigma: Array | float,
+    sigma: Array | float | None,
     *,
     row_chunk: int = DEFAULT_ROW_CHUNK,
     query_chunk: int = DEFAULT_QUERY_CHUNK,
@@ -539,7 +552,8 @@ def relaxed_linear_threshold_answers(
         probs: (K, sum of cat sizes) probability blocks.
         numeric: (K, n_num) numeric values.
         queries: explicit queries or a key-defined family.
-        sigma: inverse temperature (may be traced, e.g. annealed).
+        sigma: inverse temperature (may be traced, e.g. annealed); None for hard thresholds
+            (the exact answers of the relaxed rows, used to judge an annealed fit).
 
     Returns:
         (n_queries,) answers.
@@ -554,7 +568,7 @@ def relaxed_linear_threshold_answers(
         p, x = rows
         la, lv, theta, tau = queries.params(ids)
         score = jnp.dot(x[:, r_attrs], theta.T, precision=_HIGHEST)  # (r, q)
-        val = p[:, offsets[la] + lv] * soft_leq(score, tau[None], sigma)
+        val = p[:, offsets[la] + lv] * _leq(score, tau[None], sigma)
         return jnp.sum(val * w[:, None], axis=0)
 
     total = sum_over_rows(

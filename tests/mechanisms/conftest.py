@@ -55,6 +55,9 @@ FACTORIES = {
     ),
     "gem": lambda data, **kw: jaxdp.gem(data, _two_way(data), rounds=3, **SMALL_GENERATOR, **kw),
     "aim": lambda data, **kw: jaxdp.aim(data, _two_way(data), max_rounds=4, iters=20, final_iters=20, **kw),
+    "rap++": lambda data, **kw: jaxdp.rap_plus_plus(
+        data, _two_way(data), rounds=3, marginals_per_round=2, n_rows=50, max_stage_steps=20, **kw
+    ),
     "gem-pub": lambda data, **kw: jaxdp.gem_pub(
         data, _two_way(data), rounds=3, public=_public(data), pretrain_steps=10, **SMALL_GENERATOR, **kw
     ),
@@ -74,6 +77,7 @@ REPLACE_ONE_ONLY = {
     "rap-softmax",
     "gem",
     "gem-pub",
+    "rap++",
 }
 
 

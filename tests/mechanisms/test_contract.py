@@ -57,7 +57,7 @@ def test_same_key_same_output_different_key_different_output(build):
     assert not _leaves_equal(first.state, other.state)
     out_a = loop.release(mech, first.state, jax.random.key(2))
     out_b = loop.release(mech, second.state, jax.random.key(2))
-    np.testing.assert_array_equal(np.asarray(out_a), np.asarray(out_b))
+    assert _leaves_equal(out_a, out_b)  # rap++ releases (codes, numeric): compare every leaf
     assert audit.replay(mech, jax.random.key(2), first)
 
 
