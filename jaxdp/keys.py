@@ -49,11 +49,6 @@ def require_key(key: object, name: str = "key") -> Key:
         raise TypeError(f"{name} must be a typed JAX key, got {type(key).__name__}.{hint}")
     if getattr(key, "shape", ()) != ():
         raise TypeError(f"{name} must be a single key (shape ()), got shape {key.shape}")
-    # Only set when jax's key-reuse checker (jax_debug_key_reuse) is on: a key already split or
-    # drawn from would give noise correlated with draws made elsewhere. Deriving keys here uses
-    # fold_in, which the checker does not count as consuming, so it would not see this itself.
-    if np.any(getattr(key, "_consumed", False)):
-        raise ValueError(f"{name} was already consumed (split or drawn from); pass a fresh key")
     return key  # type: ignore[return-value]
 
 
