@@ -37,14 +37,14 @@ BAD_TABLES = [
     ("nan", "colour,level,income", ["red,nan,1", "red,nan,1"], r"'level': 2 value\(s\) are NaN"),
     ("+inf", "colour,level,income", ["red,0,inf", "red,0,inf"], r"'income': 2 value\(s\) are NaN, infinite"),
     ("-inf", "colour,level,income", ["red,-inf,1", "red,-inf,1"], r"'level': 2 value\(s\) are NaN"),
-    ("code out of range", "colour,level,income", [f"red,{SECRET},1"] * 2, r"'level': 2 code\(s\) outside \[0, 3\)"),
+    ("code out of range", "colour,level,income", [f"red,{SECRET},1"] * 2, r"'level': 2 code\(s\) outside \[0, 3\)"),  # noqa: E501
     ("unseen label", "colour,level,income", [f"x{SECRET},0,1"] * 2, r"'colour': 2 value\(s\) are not among"),
-    ("non-integer code", "colour,level,income", [f"red,1.{SECRET},1"] * 2, r"'level': 2 value\(s\) are not integers"),
-    ("outside bounds", "colour,level,income", [f"red,0,{SECRET}"] * 2, r"'income': 2 value\(s\) outside the declared"),
-    ("not a number", "colour,level,income", [f"red,0,x{SECRET}"] * 2, r"'income': 2 value\(s\) are not numbers"),
-    ("missing column", "colour,level", [f"red,{SECRET[0]}"], r"missing columns declared in the domain: \['income'\]"),
+    ("non-integer code", "colour,level,income", [f"red,1.{SECRET},1"] * 2, r"'level': 2 value\(s\) are not integers"),  # noqa: E501
+    ("outside bounds", "colour,level,income", [f"red,0,{SECRET}"] * 2, r"'income': 2 value\(s\) outside the declared"),  # noqa: E501
+    ("not a number", "colour,level,income", [f"red,0,x{SECRET}"] * 2, r"'income': 2 value\(s\) are not numbers"),  # noqa: E501
+    ("missing column", "colour,level", [f"red,{SECRET[0]}"], r"missing columns declared in the domain: \['income'\]"),  # noqa: E501
     ("duplicate column", "colour,level,level,income", ["red,0,0,1"], r"duplicate columns: \['level'\]"),
-    ("extra column", "colour,level,income,extra", [f"red,0,1,{SECRET}"], r"columns not declared in the domain: \['extra'\]"),
+    ("extra column", "colour,level,income,extra", [f"red,0,1,{SECRET}"], r"columns not declared in the domain: \['extra'\]"),  # noqa: E501
     ("empty table", "colour,level,income", [], r"empty \(0 records\)"),
 ]  # fmt: skip
 
@@ -58,7 +58,9 @@ def _write(tmp_path, header: str, rows: list[str]):
     return data, schema
 
 
-@pytest.mark.parametrize(("header", "rows", "match"), [c[1:] for c in BAD_TABLES], ids=[c[0] for c in BAD_TABLES])
+@pytest.mark.parametrize(
+    ("header", "rows", "match"), [c[1:] for c in BAD_TABLES], ids=[c[0] for c in BAD_TABLES]
+)
 def test_bad_table_python_api(tmp_path, header, rows, match):
     data, schema = _write(tmp_path, header, rows)
     with pytest.raises(DataError, match=match) as err:
@@ -81,7 +83,9 @@ def _cli_fails(tmp_path, capsys, argv: list[str], match: str) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize(("header", "rows", "match"), [c[1:] for c in BAD_TABLES], ids=[c[0] for c in BAD_TABLES])
+@pytest.mark.parametrize(
+    ("header", "rows", "match"), [c[1:] for c in BAD_TABLES], ids=[c[0] for c in BAD_TABLES]
+)
 def test_bad_table_cli(tmp_path, capsys, header, rows, match):
     data, schema = _write(tmp_path, header, rows)
     argv = ["synth", "--mechanism", "mwem", "--epsilon", "1", "--data", str(data), "--schema", str(schema)]
@@ -105,7 +109,7 @@ def _mwem(**kw):
 
 
 BAD_ARGUMENTS = [
-    *[(f"epsilon={v}", lambda v=v: _mwem(epsilon=v), "epsilon must be") for v in (0, -1.0, math.nan, math.inf)],
+    *[(f"epsilon={v}", lambda v=v: _mwem(epsilon=v), "epsilon must be") for v in (0, -1.0, math.nan, math.inf)],  # noqa: E501
     *[(f"delta={v}", lambda v=v: _mwem(delta=v), "delta must be") for v in (0, -1e-6, 1, 1.5, math.nan)],
     *[(f"rho={v}", lambda v=v: _mwem(rho=v), "rho must be") for v in (0, -0.5, math.nan, math.inf)],
     *[(f"alpha={v}", lambda v=v: _mwem(alpha=v), "alpha must be") for v in (-0.1, 0.0, 1.0, 1.5)],
@@ -119,11 +123,11 @@ BAD_ARGUMENTS = [
     ),
     ("empty workload", lambda: MarginalWorkload(DOMAIN.sizes, ()), "workload is empty"),
     ("workload attribute not in domain", lambda: jaxdp.queries.from_names(DOMAIN, [["a", "zz"]]), "'zz'"),
-    ("workload of another domain", lambda: jaxdp.mwem(DATA, all_kway((3, 4), 2), rounds=1, rho=1.0), "domain"),
+    ("workload of another domain", lambda: jaxdp.mwem(DATA, all_kway((3, 4), 2), rounds=1, rho=1.0), "domain"),  # noqa: E501
     (
         "domain too large for a histogram",
         lambda: jaxdp.mwem(
-            jaxdp.Dataset.from_codes(jaxdp.Domain.from_sizes({f"x{i}": 90 for i in range(5)}), np.zeros((4, 5))),
+            jaxdp.Dataset.from_codes(jaxdp.Domain.from_sizes({f"x{i}": 90 for i in range(5)}), np.zeros((4, 5))),  # noqa: E501
             all_kway((90,) * 5, 1),
             rounds=1,
             rho=1.0,
@@ -142,8 +146,8 @@ def test_bad_arguments_python_api(call, match):
 CLI_BASE = ["synth", "--mechanism", "mwem", "--dataset", "adult-reduced"]
 BAD_CLI = [
     *[(f"epsilon={v}", ["--epsilon", v], "epsilon must be") for v in ("0", "-1", "nan", "inf")],
-    *[(f"delta={v}", ["--epsilon", "1", f"--delta={v}"], "delta must be") for v in ("0", "-1e-9", "1", "1.5", "nan")],
-    *[(f"rounds={v}", ["--epsilon", "1", "--rounds", v], "rounds must be an integer >= 1") for v in ("0", "-2")],
+    *[(f"delta={v}", ["--epsilon", "1", f"--delta={v}"], "delta must be") for v in ("0", "-1e-9", "1", "1.5", "nan")],  # noqa: E501
+    *[(f"rounds={v}", ["--epsilon", "1", "--rounds", v], "rounds must be an integer >= 1") for v in ("0", "-2")],  # noqa: E501
     ("rounds not an integer", ["--epsilon", "1", "--rounds", "2.5"], "--rounds"),
     ("rounds > candidates", ["--epsilon", "1", "--rounds", "40", "--workload", "all-1way"], "exceeds"),
     ("domain too large", ["--epsilon", "1", "--rounds", "1", "--workload", "all-1way", "--dataset", "adult"], "dense histogram"),  # noqa: E501
@@ -166,7 +170,9 @@ def test_bad_arguments_cli(tmp_path, capsys, extra, match):
 def test_bad_workload_file_cli(tmp_path, capsys, workload, match):
     spec = tmp_path / "w.json"
     spec.write_text(json.dumps(workload))
-    _cli_fails(tmp_path, capsys, [*CLI_BASE, "--epsilon", "1", "--rounds", "1", "--workload", str(spec)], match)
+    _cli_fails(
+        tmp_path, capsys, [*CLI_BASE, "--epsilon", "1", "--rounds", "1", "--workload", str(spec)], match
+    )
 
 
 # --- keys ---------------------------------------------------------------------------------------
@@ -176,7 +182,11 @@ def test_bad_workload_file_cli(tmp_path, capsys, workload, match):
 def test_integer_seeds_are_refused_where_a_key_is_required(seed):
     mech = jaxdp.independent(DATA, rho=1.0)
     state = jaxdp.run(mech, jax.random.key(0)).state
-    for call in (lambda: jaxdp.run(mech, seed), lambda: jaxdp.release(mech, state, seed), lambda: mech.init(seed)):
+    for call in (
+        lambda: jaxdp.run(mech, seed),
+        lambda: jaxdp.release(mech, state, seed),
+        lambda: mech.init(seed),
+    ):
         with pytest.raises(TypeError, match="key must be a typed JAX key"):
             call()
 

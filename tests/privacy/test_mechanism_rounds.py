@@ -49,11 +49,11 @@ import pytest
 
 import jaxdp
 from jaxdp import accounting, noise
+from jaxdp.evaluate import fractions
 from jaxdp.keys import Stream, round_key, stream_key
 from jaxdp.mechanisms import AdaptiveHistogram, Gaussian, Independent, RelaxedAdaptive
 from jaxdp.mechanisms.dualquery import DualQuery, dualquery
 from jaxdp.mechanisms.fem import FEM, fem
-from jaxdp.evaluate import fractions
 from jaxdp.queries import all_kway
 
 from .test_empirical_dp import DELTA, selection_attack, threshold_attack
@@ -77,7 +77,7 @@ RECORD, REPLACEMENT = (1, 0, 0, 0), (0, 1, 1, 1)
 def _neighbours() -> tuple[jaxdp.Dataset, jaxdp.Dataset]:
     rng = np.random.default_rng(0)
     columns = []
-    for j, value in enumerate(RECORD):
+    for value in RECORD:
         rest = np.array([0] * 10 + [1] * 90)
         rest = np.delete(rest, np.flatnonzero(rest == value)[0])  # row 0 holds RECORD's value
         columns.append(np.concatenate([[value], rng.permutation(rest)]))
@@ -121,12 +121,25 @@ ROUNDS = {
     "pep": Round(lambda d: jaxdp.pep(d, WORKLOAD, rounds=1, rho=0.25, max_steps=1)),
     "pmw-pub": Round(lambda d: jaxdp.pmw_pub(d, WORKLOAD, rounds=1, rho=0.25, public=PUBLIC)),
     "pep-pub": Round(lambda d: jaxdp.pep_pub(d, WORKLOAD, rounds=1, rho=0.25, public=PUBLIC, max_steps=1)),
-    "dualquery": Round(lambda d: dualquery(d, WORKLOAD, rounds=2, samples=5, rho=0.625, oracle="enumerate"), 1, 1),
+    "dualquery": Round(
+        lambda d: dualquery(d, WORKLOAD, rounds=2, samples=5, rho=0.625, oracle="enumerate"), 1, 1
+    ),
     "fem": Round(lambda d: fem(d, WORKLOAD, rounds=1, samples=2, rho=0.125, oracle="enumerate")),
-    "rap": Round(lambda d: jaxdp.rap(d, WORKLOAD, rounds=1, marginals_per_round=2, n_rows=200, max_steps=1, rho=0.5)),
-    "rap-softmax": Round(lambda d: jaxdp.rap_softmax(d, WORKLOAD, rounds=1, marginals_per_round=1, n_rows=200, max_steps=1, rho=0.25)),  # noqa: E501
+    "rap": Round(
+        lambda d: jaxdp.rap(d, WORKLOAD, rounds=1, marginals_per_round=2, n_rows=200, max_steps=1, rho=0.5)
+    ),
+    "rap-softmax": Round(
+        lambda d: jaxdp.rap_softmax(
+            d, WORKLOAD, rounds=1, marginals_per_round=1, n_rows=200, max_steps=1, rho=0.25
+        )
+    ),
     "gem": Round(lambda d: jaxdp.gem(d, WORKLOAD, rounds=1, rho=0.25, **SMALL_GENERATOR), prefix_seed=1),
-    "gem-pub": Round(lambda d: jaxdp.gem_pub(d, WORKLOAD, rounds=1, rho=0.25, public=PUBLIC, pretrain_steps=5, **SMALL_GENERATOR), prefix_seed=1),  # noqa: E501
+    "gem-pub": Round(
+        lambda d: jaxdp.gem_pub(
+            d, WORKLOAD, rounds=1, rho=0.25, public=PUBLIC, pretrain_steps=5, **SMALL_GENERATOR
+        ),
+        prefix_seed=1,
+    ),
 }
 
 
@@ -143,7 +156,9 @@ def _released(mechanism, state, info):
         return info.selected[0], state.noisy_answers, state.measured
     if isinstance(mechanism, AdaptiveHistogram):
         slot = mechanism.padding.gather[info.selected]  # the marginal's queries; padding is dropped
-        noisy = jnp.zeros(WORKLOAD.n_queries, jnp.float32).at[slot].set(state.measurements.target[0], mode="drop")
+        noisy = (
+            jnp.zeros(WORKLOAD.n_queries, jnp.float32).at[slot].set(state.measurements.target[0], mode="drop")
+        )
         return info.selected, noisy, jnp.zeros(WORKLOAD.n_queries, bool).at[slot].set(True, mode="drop")
     if isinstance(mechanism, FEM):
         return info.selected, None, None
@@ -185,7 +200,9 @@ class Claims(NamedTuple):
 
 
 def _claims(mechanism, private_round: int, seed: int, delta: float) -> Claims:
-    _, info = mechanism.step(_public_prefix(mechanism, private_round, seed), round_key(jax.random.key(0), private_round))
+    _, info = mechanism.step(
+        _public_prefix(mechanism, private_round, seed), round_key(jax.random.key(0), private_round)
+    )
     selection = measurement = sigma = None
     for charge in info.charges:
         if int(charge.count) == 0:
@@ -260,7 +277,9 @@ def _bounds(name: str, runs: int, delta: float, seed: int, sigma: float | None) 
         candidates = int(max(selected.max(), selected_prime.max())) + 1
         selection = selection_attack(selected, selected_prime, candidates, delta)
     if sigma is not None:
-        measurement = threshold_attack(statistic.astype(np.float64), statistic_prime.astype(np.float64), delta)
+        measurement = threshold_attack(
+            statistic.astype(np.float64), statistic_prime.astype(np.float64), delta
+        )
     return selection, measurement
 
 
@@ -304,3 +323,24 @@ def test_broken_round_breaks_its_claims(name, control, broken_noise):
         assert selection > claims.selection, control
     if claims.measurement is not None:
         assert measurement > claims.measurement, control
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ROUNDS))
+def test_private_round_heavy(name, broken_noise):
+    """1,000,000 runs at delta = 1e-5 (the claim of the fast Gaussian tests); then the halved
+    sensitivity control at the fast setting must exceed the claim. False-failure rate: 2e-5."""
+    case = ROUNDS[name]
+    claims = _claims(case.factory(D), case.private_round, case.prefix_seed, DELTA)
+    selection, measurement = _bounds(name, N_SLOW, DELTA, 301, claims.sigma)
+    if claims.selection is not None:
+        assert selection < claims.selection
+    if claims.measurement is not None:
+        assert measurement < claims.measurement
+    fast = _claims(case.factory(D), case.private_round, case.prefix_seed, FAST_DELTA)
+    broken_noise("halved sensitivity")
+    selection, measurement = _bounds(name, N_FAST, FAST_DELTA, 401, fast.sigma)
+    if fast.selection is not None:
+        assert selection > fast.selection
+    if fast.measurement is not None:
+        assert measurement > fast.measurement
