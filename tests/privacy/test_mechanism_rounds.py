@@ -51,7 +51,7 @@ import jaxdp
 from jaxdp import accounting, noise
 from jaxdp.evaluate import fractions
 from jaxdp.keys import Stream, round_key, stream_key
-from jaxdp.mechanisms import AdaptiveHistogram, Gaussian, Independent, RelaxedAdaptive
+from jaxdp.mechanisms import AdaptiveHistogram, Gaussian, Independent, RapPlusPlus, RelaxedAdaptive
 from jaxdp.mechanisms.dualquery import DualQuery, dualquery
 from jaxdp.mechanisms.fem import FEM, fem
 from jaxdp.queries import all_kway
@@ -133,6 +133,11 @@ ROUNDS = {
             d, WORKLOAD, rounds=1, marginals_per_round=1, n_rows=200, max_steps=1, rho=0.25
         )
     ),
+    "rap++": Round(
+        lambda d: jaxdp.rap_plus_plus(
+            d, WORKLOAD, rounds=1, marginals_per_round=1, n_rows=200, max_stage_steps=1, rho=0.25
+        )
+    ),
     "gem": Round(lambda d: jaxdp.gem(d, WORKLOAD, rounds=1, rho=0.25, **SMALL_GENERATOR), prefix_seed=1),
     "gem-pub": Round(
         lambda d: jaxdp.gem_pub(
@@ -160,6 +165,9 @@ def _released(mechanism, state, info):
             jnp.zeros(WORKLOAD.n_queries, jnp.float32).at[slot].set(state.measurements.target[0], mode="drop")
         )
         return info.selected, noisy, jnp.zeros(WORKLOAD.n_queries, bool).at[slot].set(True, mode="drop")
+    if isinstance(mechanism, RapPlusPlus):  # categorical data: one class, the workload's marginals
+        marginals = state.classes[0]
+        return jnp.argmin(marginals.eligible), marginals.targets, marginals.measured
     if isinstance(mechanism, FEM):
         return info.selected, None, None
     if isinstance(mechanism, DualQuery):
