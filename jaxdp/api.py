@@ -452,8 +452,11 @@ def _like_input(data: Any, result: Result, workload: MarginalWorkload, domain: D
         return type(data)(columns)
     if isinstance(data, Mapping):
         return columns
-    if data.dtype.kind in "biuf":
-        stacked = np.stack([columns[n] for n in synthetic.domain.names], axis=1)
+    if data.dtype.kind in "biuf":  # codes in, codes out (numeric columns in original units)
+        cat = {a.name: j for j, a in enumerate(synthetic.domain.categorical)}
+        stacked = np.stack(
+            [synthetic.codes[:, cat[n]] if n in cat else columns[n] for n in synthetic.domain.names], axis=1
+        )
         return stacked if synthetic.domain.numeric else stacked.astype(np.int32)
     return np.stack([np.asarray(columns[n], dtype=object) for n in synthetic.domain.names], axis=1)
 
