@@ -38,20 +38,30 @@ def _workload():
     return MarginalWorkload(SIZES, two.cliques + three.cliques + two.cliques[:2])  # with repeats
 
 
-@pytest.mark.parametrize("n", [8, 1001, 4096 * 3 + 5])
-def test_sharded_counts_equal_the_single_device_counts(n):
-    codes, workload = _codes(n), _workload()
-    expected = np.asarray(marginal_counts(codes, workload, jnp.int32))
-    np.testing.assert_array_equal(np.asarray(sharded_marginal_counts(codes, workload, jnp.int32)), expected)
-    sharded, real = shard_records(codes)
-    assert real == n and sharded.shape[0] % 8 == 0
-    assert {s.data.shape[0] for s in sharded.addressable_shards} == {sharded.shape[0] // 8}
+_counts = jax.jit(marginal_counts, static_argnames=("dtype", "row_chunk"))
+_sharded = jax.jit(sharded_marginal_counts, static_argnames=("dtype", "mesh", "n_records", "row_chunk"))
+
+
+@pytest.mark.parametrize(("n", "row_chunk"), [(1001, None), (3001, 128)])
+def test_sharded_counts_equal_the_single_device_counts(n, row_chunk):
+    codes, plan = _codes(n), exact_plan(_workload())
+    expected = np.asarray(_counts(codes, plan, dtype=jnp.int32))
+    sharded, real = shard_records(codes)  # 1001 and 3001 rows: zero rows padded to a multiple of 8
+    assert real == n and sharded.shape[0] % 8 == 0 and sharded.shape[0] > n
     assert len(sharded.sharding.device_set) == 8
-    jitted = jax.jit(sharded_marginal_counts, static_argnames=("dtype", "n_records", "row_chunk"))
-    counts = jitted(sharded, exact_plan(workload), dtype=jnp.int32, n_records=n, row_chunk=512)
+    assert {s.data.shape[0] for s in sharded.addressable_shards} == {sharded.shape[0] // 8}
+    counts = _sharded(sharded, plan, dtype=jnp.int32, n_records=n, row_chunk=row_chunk)
     np.testing.assert_array_equal(np.asarray(counts), expected)
-    one = sharded_marginal_counts(codes, workload, jnp.int32, mesh=records_mesh(jax.devices()[:1]))
-    np.testing.assert_array_equal(np.asarray(one), expected)
+    one = shard_records(codes, records_mesh(jax.devices()[:1]))[0]
+    mesh = records_mesh(jax.devices()[:1])
+    counts_one = _sharded(one, plan, dtype=jnp.int32, mesh=mesh, n_records=n, row_chunk=row_chunk)
+    np.testing.assert_array_equal(np.asarray(counts_one), expected)
+
+
+def test_host_codes_are_sharded_for_the_caller():
+    codes, workload = _codes(203), _workload()
+    expected = np.asarray(_counts(codes, exact_plan(workload), dtype=jnp.int32))
+    np.testing.assert_array_equal(np.asarray(sharded_marginal_counts(codes, workload, jnp.int32)), expected)
 
 
 def test_noise_is_added_once_to_the_summed_counts():
@@ -64,20 +74,20 @@ def test_noise_is_added_once_to_the_summed_counts():
         counts = sharded_marginal_counts(codes, plan, n_records=n)
         return noise.gaussian(jax.random.key(7), Sensitive(counts), sigma=sigma, sensitivity=1.0)[0]
 
-    exact = Sensitive(marginal_counts(codes, plan))
+    exact = Sensitive(_counts(codes, plan))
     single, _ = noise.gaussian(jax.random.key(7), exact, sigma=sigma, sensitivity=1.0)
     noisy = np.asarray(release(sharded))
     np.testing.assert_allclose(noisy, np.asarray(single), atol=1e-4)
     # Noise drawn per device and summed would have std sigma * sqrt(8); the residual has std sigma
     # (2,338 draws: the sample std is within 10% of sigma except with probability < 1e-6).
-    residual = noisy - np.asarray(marginal_counts(codes, plan))
+    residual = noisy - np.asarray(_counts(codes, plan))
     assert abs(residual.std() / sigma - 1) < 0.1
 
 
 def test_gem_with_the_batch_sharded_matches_one_device():
     data = tiny_dataset()
     workload = all_kway(data.domain.sizes, 2)
-    options = dict(rounds=3, batch=64, hidden=(32, 32), latent_dim=8, max_steps=20, epsilon=1.0, delta=1e-6)
+    options = dict(rounds=2, batch=64, hidden=(16,), latent_dim=8, max_steps=10, epsilon=1.0, delta=1e-6)
     key = jax.random.key(0)
     results = {}
     for shard in (False, True):
