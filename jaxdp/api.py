@@ -68,6 +68,8 @@ class MechanismSpec:
             differ from its sampled records'.
         error_bounds: (mechanism, state) -> error bounds, for mechanisms with uncertainty
             quantification; None otherwise.
+        jit_release: compile the release (its output is an array: codes or answers); False for
+            a release that returns a `Dataset` or runs host code.
     """
 
     factory: Callable[..., Any]
@@ -78,6 +80,7 @@ class MechanismSpec:
     releases: str = "records"
     relaxed: bool = False
     error_bounds: Callable[[Any, Any], Any] | None = None
+    jit_release: bool = True
 
 
 def _independent(data: Dataset, workload: MarginalWorkload, **budget):
@@ -293,7 +296,7 @@ def execute(
     key = require_key(key)
     run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None)
     synthetic = answers = None
-    release = _release_jit if getattr(mechanism, "jittable", True) else _release
+    release = _release_jit if spec.jit_release and getattr(mechanism, "jittable", True) else _release
     if spec.releases == "answers":
         answers = np.asarray(release(mechanism, run.state, key), np.float64)
         released, n_rows = answers, int(answers.shape[0])
