@@ -5,8 +5,11 @@ privacy plan on the host, then `run(mechanism, key)` executes its `step(state, k
 jit and returns the final state with an audited ledger; `release` turns the state into output.
 """
 
+import logging
+
 from jaxdp import accounting, audit, datasets, keys, noise, queries
 from jaxdp.accounting import BudgetExceededError, Plan
+from jaxdp.api import MechanismSpec, Result, register, synthesize
 from jaxdp.audit import AuditError, LedgerEntry, rho_spent
 from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_csv, write_csv
 from jaxdp.evaluate import answer_errors, workload_errors
@@ -35,6 +38,9 @@ from jaxdp.types import Neighboring, Sensitive
 
 __version__ = "0.1.0"
 
+# Silent unless the application configures logging (the command line does: progress on stderr).
+logging.getLogger("jaxdp").addHandler(logging.NullHandler())
+
 __all__ = [
     "AIM",
     "AuditError",
@@ -46,9 +52,11 @@ __all__ = [
     "Gaussian",
     "Independent",
     "LedgerEntry",
+    "MechanismSpec",
     "Neighboring",
     "Numeric",
     "Plan",
+    "Result",
     "RunResult",
     "Sensitive",
     "__version__",
@@ -74,10 +82,12 @@ __all__ = [
     "rap_plus_plus",
     "rap_softmax",
     "read_csv",
+    "register",
     "release",
     "rho_spent",
     "run",
     "secure_root_key",
+    "synthesize",
     "workload_errors",
     "write_csv",
 ]

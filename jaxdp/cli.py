@@ -7,9 +7,11 @@ whole run succeeded (outputs are written atomically at the end).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
+import logging
 import os
 import sys
 import time
@@ -19,54 +21,17 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxdp import __version__, datasets, loop
+from jaxdp import __version__, api, datasets
 from jaxdp._io import atomic_open
-from jaxdp.accounting import CONVERSIONS, BudgetExceededError, epsilon_from_rho
-from jaxdp.audit import rho_spent
+from jaxdp.accounting import CONVERSIONS, BudgetExceededError
+from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_rows
-from jaxdp.evaluate import answer_errors, best_mixture_error, fractions, workload_errors
+from jaxdp.evaluate import best_mixture_error, workload_errors
 from jaxdp.keys import secure_root_key
-from jaxdp.mechanisms import (
-    aim,
-    dualquery,
-    fem,
-    gaussian,
-    gem,
-    gem_pub,
-    independent,
-    mwem,
-    pep,
-    pep_pub,
-    pmw_pub,
-    rap,
-    rap_softmax,
-)
-from jaxdp.mechanisms.rap_plus import default_classes, rap_plus_plus
-from jaxdp.queries import MarginalWorkload, all_kway, from_names
+from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Neighboring
 
-DEFAULT_DELTA = 1e-9
-ONE_ROUND = ("independent", "gaussian")
-PUBLIC = ("pmw-pub", "pep-pub", "gem-pub")
-ADAPTIVE = {
-    "mwem": mwem,
-    "pep": pep,
-    "pmw-pub": pmw_pub,
-    "pep-pub": pep_pub,
-    "rap": rap,
-    "rap-softmax": rap_softmax,
-    "gem": gem,
-    "gem-pub": gem_pub,
-    "dualquery": dualquery,
-    "fem": fem,
-    "aim": aim,
-}
-# Rounds when --rounds is not given: the papers' settings on ADULT (reduced); factories without
-# an entry have their own default (rap 10, gem 50).
-DEFAULT_ROUNDS = {"mwem": 25, "pep": 25, "pmw-pub": 25, "pep-pub": 25, "dualquery": 100, "fem": 200}
-RELAXED = ("rap", "rap-softmax", "gem", "gem-pub")
-MIXED = ("rap++",)  # mixed-type release: numeric columns synthesised without bins
-MECHANISMS = (*ONE_ROUND, *ADAPTIVE, *MIXED)
+DEFAULT_ROUNDS = {name: spec.rounds for name, spec in MECHANISMS.items() if spec.rounds is not None}
 
 
 class CLIError(Exception):
@@ -166,19 +131,12 @@ def _load_input(dataset: str | None, data: str | None, domain: str | None, schem
 
 
 def _workload(spec: str, domain: Domain) -> MarginalWorkload:
-    if spec.startswith("all-") and spec.endswith("way"):
-        try:
-            k = int(spec[4:-3])
-        except ValueError:
-            raise CLIError(f"--workload {spec!r}: expected all-Kway, e.g. all-3way") from None
-        return all_kway(domain.sizes, k)
     try:
-        marginals = json.loads(Path(spec).read_text())
-    except (OSError, ValueError) as err:
-        raise CLIError(f"--workload: cannot read {spec!r}: {type(err).__name__}") from None
-    if not isinstance(marginals, list) or not all(isinstance(m, list) for m in marginals):
-        raise CLIError("--workload file must hold a JSON list of lists of attribute names")
-    return from_names(domain, marginals)
+        return api.workload_from_spec(spec, domain)
+    except ValueError as err:
+        if isinstance(err, DataError):  # an attribute the domain lacks: already names it
+            raise
+        raise CLIError(f"--{err}") from None
 
 
 def _check_writable(*paths: str | None) -> None:
@@ -190,103 +148,69 @@ def _check_writable(*paths: str | None) -> None:
 def _synth(args: argparse.Namespace) -> None:
     if args.mechanism not in MECHANISMS:
         raise CLIError(f"unknown mechanism {args.mechanism!r}; choose one of: {', '.join(MECHANISMS)}")
-    if args.rounds is not None and args.mechanism in ONE_ROUND and args.rounds != 1:
+    spec = MECHANISMS[args.mechanism]
+    if args.rounds is not None and spec.one_round and args.rounds != 1:
         raise CLIError(f"mechanism {args.mechanism!r} runs exactly one round; drop --rounds")
     if args.rows is not None and args.rows < 1:
         raise CLIError(f"--rows must be >= 1, got {args.rows}")
+    if not 0.0 < args.confidence < 1.0:
+        raise CLIError(f"--confidence must be in (0, 1), got {args.confidence}")
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise CLIError("--seed must be in [0, 2^32): jax.random.key keeps 32 bits of it")
     _check_writable(args.out, args.report, args.errors)
     started = time.perf_counter()
     data = _load_input(args.dataset, args.data, args.domain, args.schema)
-    if args.workload is None and args.mechanism in MIXED and data.domain.target is not None:
-        workload = None  # rap++ picks the paper's class-conditional marginals
+    if args.workload is None and spec.own_workload and data.domain.target is not None:
+        workload = None  # rap++ builds the paper's class-conditional marginals on the target
     else:
-        args.workload = args.workload or "all-3way"
+        args.workload = args.workload or api.DEFAULT_WORKLOAD
         workload = _workload(args.workload, data.domain)
-    budget = dict(epsilon=args.epsilon, delta=args.delta, relation=args.relation, conversion=args.conversion)
-    if (args.public is not None) != (args.mechanism in PUBLIC):
-        raise CLIError("--public is required by pmw-pub, pep-pub and gem-pub, and used by no other mechanism")
+    if (args.public is not None) != spec.public:
+        public_users = ", ".join(n for n, s in MECHANISMS.items() if s.public)
+        raise CLIError(f"--public is required by {public_users}, and used by no other mechanism")
     public = read_csv(args.public, data.domain) if args.public is not None else None
-    if args.mechanism == "independent":
-        mech = independent(data, **budget)
-    elif args.mechanism == "gaussian":
-        mech = gaussian(data, workload, **budget)
-    elif args.mechanism == "rap++":
-        # The random threshold queries are public: a fixed query-set key, not the noise key.
-        classes = default_classes(
-            data.domain, jax.random.key(0), workload=workload, marginal_rounds=args.rounds
-        )
-        mech = rap_plus_plus(data, classes, **budget)
-        workload = classes[0].queries
-        args.workload = args.workload or "feature x feature x target"
-    else:
-        options = {} if args.rounds is None else {"rounds": args.rounds}
-        if args.mechanism == "aim":  # AIM picks its rounds; --rounds caps them (its T)
-            options = {} if args.rounds is None else {"max_rounds": args.rounds}
-        if args.rounds is None and args.mechanism in DEFAULT_ROUNDS:
-            rounds = DEFAULT_ROUNDS[args.mechanism]
-            # histogram mechanisms measure each marginal at most once
-            options["rounds"] = (
-                rounds if args.mechanism in ("dualquery", "fem") else min(rounds, len(workload))
-            )
-        if public is not None:
-            options["public"] = public
-        mech = ADAPTIVE[args.mechanism](data, workload, **options, **budget)
-
+    mech = api.build(
+        args.mechanism,
+        data,
+        workload,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        relation=args.relation,
+        conversion=args.conversion,
+        rounds=args.rounds,
+        public=public,
+    )
     if args.seed is not None:
         print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
         key = jax.random.key(args.seed)
     else:
         key = secure_root_key()
-    result = loop.run(mech, key, progress=_progress if mech.rounds > 1 else None)
+    result = api.execute(
+        args.mechanism,
+        mech,
+        key,
+        data.domain,
+        rows=args.rows,
+        progress=True,
+        started=started,
+        confidence=args.confidence,
+    )
+    if workload is None:
+        workload = api.measured_workload(mech, workload)
+        args.workload = "feature x feature x target"
 
     outputs: dict[str, str] = {}
-    if args.mechanism == "gaussian":
-        noisy = np.asarray(loop.release(mech, result.state, key), np.float64)
-        outputs[args.out] = _answers_csv(workload, data.domain, noisy)
-        rows = int(noisy.shape[0])
+    if result.answers is not None:
+        outputs[args.out] = _answers_csv(workload, data.domain, result.answers)
         print(
-            f"jaxdp: gaussian releases noisy answers to the workload, not records: {args.out} "
-            f"holds {rows} answers ({'counts' if mech.relation is Neighboring.ADD_REMOVE else 'fractions'})",
+            f"jaxdp: {args.mechanism} releases noisy answers to the workload, not records: {args.out} "
+            f"holds {result.report['rows']} answers "
+            f"({'counts' if mech.relation is Neighboring.ADD_REMOVE else 'fractions'})",
             file=sys.stderr,
         )
-        estimated = noisy if mech.relation is Neighboring.REPLACE_ONE else noisy / len(data)
-        errors = answer_errors(fractions(data, workload), estimated, workload)
     else:
-        released = loop.release(mech, result.state, key, rows=args.rows)
-        if args.mechanism in MIXED:  # (codes, numeric in [0, 1]): decoded to original units below
-            codes, numeric = (np.asarray(x) for x in released)
-        else:
-            codes = np.asarray(released)
-            numeric = np.zeros((codes.shape[0], 0), np.float32)
-        synthetic = Dataset(data.domain, codes, numeric)
-        outputs[args.out] = _dataset_csv(synthetic)
-        rows = int(codes.shape[0])
-        errors = workload_errors(data, synthetic, workload)
-        if args.mechanism in RELAXED:  # the fitted distribution's own answers differ from the records'
-            relaxed = np.asarray(mech.relaxed_answers(result.state), np.float64)
-            errors["relaxed"] = answer_errors(fractions(data, workload), relaxed, workload)
-
-    spent = rho_spent(result.ledger)
-    plan = mech.plan
-    report = {
-        "mechanism": args.mechanism,
-        "epsilon": plan.epsilon,
-        "delta": plan.delta,
-        "rho_budget": plan.rho_budget,
-        "rho_spent": spent,
-        "epsilon_spent": epsilon_from_rho(spent, plan.delta, plan.conversion),
-        "conversion": plan.conversion,
-        "relation": mech.relation.value,
-        "ledger": [e.to_json() for e in result.ledger],
-        "seconds": time.perf_counter() - started,
-        "rows": rows,
-        "output": "noisy answers" if args.mechanism == "gaussian" else "synthetic records",
-        "jaxdp_version": __version__,
-    }
-    if hasattr(mech, "error_bounds"):
-        report["error_bounds"] = _error_bounds(mech, result.state, codes, data.domain, args.confidence)
+        outputs[args.out] = _dataset_csv(result.synthetic)
+    report = result.report
     if args.report:
         outputs[args.report] = json.dumps(report, indent=2) + "\n"
     if args.errors:
@@ -295,7 +219,7 @@ def _synth(args: argparse.Namespace) -> None:
             "workload": args.workload,
             "marginals": len(workload),
             "queries": workload.n_queries,
-            **errors,
+            **api.release_errors(data, result, workload),
         }
         if public is not None:
             errors["best_mixture_error"] = best_mixture_error(data, public, workload)
@@ -304,36 +228,10 @@ def _synth(args: argparse.Namespace) -> None:
         with atomic_open(path) as fh:
             fh.write(text)
     print(
-        f"jaxdp: wrote {rows} {report['output']} to {args.out}; rho spent {spent:.6g} of "
-        f"{plan.rho_budget:.6g}",
+        f"jaxdp: wrote {report['rows']} {report['output']} to {args.out}; "
+        f"rho spent {report['rho_spent']:.6g} of {report['rho_budget']:.6g}",
         file=sys.stderr,
     )
-
-
-def _error_bounds(mech, state, codes: np.ndarray, domain: Domain, confidence: float) -> dict:
-    """AIM's per-marginal L1 error bounds of the released records (post-processing: publishable)."""
-    if not 0.0 < confidence < 1.0:
-        raise CLIError(f"--confidence must be in (0, 1), got {confidence}")
-    bounds = mech.error_bounds(state, confidence, synthetic=codes)
-    return {
-        "confidence": confidence,
-        "units": "L1 distance between count vectors; normalised: divided by the released row count",
-        "marginals": [
-            {
-                "marginal": list(names),
-                "l1_bound": float(b),
-                "l1_bound_normalised": float(nb),
-                "supported": bool(s),
-            }
-            for names, b, nb, s in zip(
-                mech.workload.names(domain), bounds.bound, bounds.normalised, bounds.supported, strict=True
-            )
-        ],
-    }
-
-
-def _progress(done: int, total: int) -> None:
-    print(f"jaxdp: round {done}/{total}", file=sys.stderr, flush=True)
 
 
 def _dataset_csv(data: Dataset) -> str:
@@ -345,11 +243,9 @@ def _dataset_csv(data: Dataset) -> str:
 def _answers_csv(workload: MarginalWorkload, domain: Domain, answers: np.ndarray) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(["marginal", "cell", "answer"])
-    names = ["|".join(n) for n in workload.names(domain)]
-    for i, (start, cells) in enumerate(zip(workload.offsets, workload.cells, strict=True)):
-        for c in range(cells):
-            writer.writerow([names[i], c, f"{answers[start + c]:.9g}"])
+    table = api.answers_table(workload, domain, answers)
+    writer.writerow(list(table))
+    writer.writerows((m, c, f"{a:.9g}") for m, c, a in zip(*table.values(), strict=True))
     return buffer.getvalue()
 
 
@@ -369,14 +265,36 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(json.dumps(workload_errors(real, synthetic, workload)))
 
 
+class _StderrHandler(logging.Handler):
+    """Writes records to whatever `sys.stderr` is when they are emitted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"jaxdp: {self.format(record)}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _log_to_stderr():
+    """The library is silent by default; the command line shows its INFO lines (progress)."""
+    logger = logging.getLogger("jaxdp")
+    handler, level = _StderrHandler(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 bad input or arguments)."""
     try:
         args = _build_parser().parse_args(argv)
-        if args.command == "synth":
-            _synth(args)
-        else:
-            _evaluate(args)
+        with _log_to_stderr():
+            if args.command == "synth":
+                _synth(args)
+            else:
+                _evaluate(args)
     except (CLIError, DataError, BudgetExceededError, ValueError, TypeError, OSError) as err:
         if os.environ.get("JAXDP_DEBUG"):
             raise

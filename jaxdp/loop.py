@@ -54,7 +54,7 @@ def run(
     key: Key,
     rounds: int | None = None,
     *,
-    progress: Progress | None = None,
+    progress: Progress | bool | None = None,
     blocks: int = 10,
 ) -> RunResult:
     """Run `rounds` rounds (default: all the mechanism planned) from the root key.
@@ -63,7 +63,8 @@ def run(
         mechanism: an object with init/step/release and `rounds`, `plan` attributes.
         key: the root key (secret: it determines every draw).
         rounds: rounds to run; never more than the mechanism planned.
-        progress: optional callback(rounds_done, rounds_total) called between blocks.
+        progress: optional callback(rounds_done, rounds_total) called between blocks, or True
+            to report only through the "jaxdp.loop" logger (one INFO line per block).
         blocks: number of blocks the rounds are split into when `progress` is given.
 
     Returns:
@@ -94,11 +95,11 @@ def realised_plan(mechanism, state):
     return mechanism.plan
 
 
-def _block_sizes(rounds: int, progress: Progress | None, blocks: int) -> list[int]:
+def _block_sizes(rounds: int, progress: Progress | bool | None, blocks: int) -> list[int]:
     """Rounds per compiled block: one block without progress reporting; otherwise about
     `blocks` equal blocks, preferring a block size that divides `rounds` (one compiled program)
     and falling back to a shorter last block (a second program)."""
-    if progress is None or rounds == 1:
+    if progress is None or progress is False or rounds == 1:
         return [rounds]
     target = -(-rounds // max(1, blocks))
     size = next((s for s in range(target, 2 * target + 1) if rounds % s == 0), target)
@@ -131,9 +132,9 @@ def _run_python(mechanism, key, rounds, progress):
     return state, info
 
 
-def _report(progress: Progress | None, done: int, total: int) -> None:
+def _report(progress: Progress | bool | None, done: int, total: int) -> None:
     logger.info("round %d/%d", done, total)
-    if progress is not None:
+    if callable(progress):
         progress(done, total)
 
 

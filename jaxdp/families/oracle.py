@@ -20,8 +20,9 @@ Two oracles with one interface, `best_responses(w, etas) -> (codes, optimal)`:
 - `MilpOracle` solves the integer program with HiGHS (`scipy.optimize.milp`) on the host, through
   `jax.pure_callback`, so a mechanism using it still runs under `lax.scan` with one compile. For
   domains too large to enumerate. See `solve_milp` for the formulation and its limits. The host
-  callback keeps this oracle off TPUs (and serialises the loop on the host); the enumeration
-  oracle has no callback.
+  callback makes this a CPU/GPU-only option (`make_oracle` refuses it on a TPU backend, where
+  jaxdp keeps compiled loops free of host callbacks) and serialises the loop on the host; the
+  enumeration oracle has no callback.
 
 Everything here is post-processing: the weights and perturbations are public functions of
 released selections and public randomness, so no input is private.
@@ -301,6 +302,13 @@ def make_oracle(
         oracle = "enumerate" if math.prod(workload.sizes) <= ENUMERATE_MAX_CELLS else "milp"
     if oracle == "enumerate":
         return EnumerationOracle.of(workload)
+    if jax.default_backend() == "tpu":
+        # jaxdp keeps host callbacks out of compiled loops on TPUs (TPU-safe runs).
+        raise ValueError(
+            "the MILP oracle solves on the host inside the compiled loop (jax.pure_callback): "
+            "a CPU/GPU option only; on a TPU use a domain of at most "
+            f"{ENUMERATE_MAX_CELLS:,} cells (oracle='enumerate')"
+        )
     limit = None if time_limit is None else float(time_limit)
     return MilpOracle(workload, limit, float(mip_rel_gap))
 

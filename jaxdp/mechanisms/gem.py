@@ -49,6 +49,7 @@ def gem(
     pretrain_steps: int = 0,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    shard_batch: bool = False,
 ) -> RelaxedAdaptive:
     """Build GEM (defaults: the official example's settings on ADULT, except two measured choices).
 
@@ -85,11 +86,16 @@ def gem(
             GEM-Pub's pretraining data.
         pretrain_steps: Adam steps on the public answers before the private rounds.
         relation: must be "replace-one".
+        shard_batch: split the latent batch over every device (`batch` a multiple of the device
+            count); the same computation up to float summation order. Off: the single-device
+            program, unchanged.
 
     Privacy:
         See `RelaxedAdaptive`: rho-zCDP in total, replace-one. Pretraining reads only `public`.
     """
-    family = Generator.of(workload, hidden=hidden, latent_dim=latent_dim, batch=batch)
+    family = Generator.of(
+        workload, hidden=hidden, latent_dim=latent_dim, batch=batch, shard_batch=shard_batch
+    )
     if public is not None and pretrain_steps < 1:
         raise ValueError("GEM-Pub needs pretrain_steps >= 1 to use the public data")
     return build(

@@ -6,6 +6,7 @@ array forms (`ProductQueries`) and fixed-capacity measured subsets (`QuerySubset
 
 Kernels (none jitted here; callers jit):
 - `exact`: counts / fractions on integer-coded records (segment-sum per marginal);
+- `sharded`: the same counts over records sharded across devices (one psum);
 - `relaxed`: product-query answers on probability rows (pivot matmuls; gather path for subsets);
 - `histogram`: marginals of a dense histogram over an enumerable domain;
 - `threshold`: mixed marginals and class-conditional linear thresholds (hard / tempered sigmoid).
@@ -30,6 +31,7 @@ from jaxdp.queries.relaxed import (
     relaxed_plan,
     row_answers,
 )
+from jaxdp.queries.sharded import records_mesh, shard_records, sharded_marginal_counts
 from jaxdp.queries.threshold import (
     LinearThresholdQueries,
     MixedMarginalQueries,
@@ -101,11 +103,14 @@ __all__ = [
     "random_linear_thresholds",
     "random_mixed_marginals",
     "record_answers",
+    "records_mesh",
     "relaxed_linear_threshold_answers",
     "relaxed_marginals",
     "relaxed_mixed_marginal_answers",
     "relaxed_plan",
     "row_answers",
+    "shard_records",
+    "sharded_marginal_counts",
     "soft_leq",
     "tempered_sigmoid",
     "workload_queries",

@@ -1,0 +1,581 @@
+"""High-level API: a table and its declared schema in, a private release with its report out.
+
+`synthesize(data, schema, mechanism=..., epsilon=..., delta=..., key=...)` validates the table
+against the schema (never inferring a domain from the data), builds the named mechanism from the
+registry, runs it, audits its ledger and returns a `Result`: the release in the container the
+table came in (a pandas DataFrame, a dict of columns, a NumPy array or a `Dataset`), the privacy
+report the command line writes, the ledger, and error bounds where the mechanism offers them.
+
+The registry (`MECHANISMS`, extended with `register`) is the one list of mechanisms; the command
+line reads it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxdp import loop
+from jaxdp.accounting import epsilon_from_rho
+from jaxdp.audit import LedgerEntry, rho_spent
+from jaxdp.domain import Categorical, DataError, Dataset, Domain
+from jaxdp.evaluate import answer_errors, fractions, workload_errors
+from jaxdp.keys import require_key
+from jaxdp.mechanisms import (
+    aim,
+    dualquery,
+    fem,
+    gaussian,
+    gem,
+    gem_pub,
+    independent,
+    mwem,
+    pep,
+    pep_pub,
+    pmw_pub,
+    rap,
+    rap_plus_plus,
+    rap_softmax,
+)
+from jaxdp.mechanisms.rap_plus import default_classes
+from jaxdp.queries import MarginalWorkload, all_kway, from_names
+from jaxdp.types import Key, Neighboring
+
+DEFAULT_DELTA = 1e-9
+DEFAULT_WORKLOAD = "all-3way"
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismSpec:
+    """How the API and the command line build and read one mechanism.
+
+    Attributes:
+        factory: (data, workload, **budget, **options) -> mechanism, where budget is epsilon,
+            delta, relation, conversion, and options may hold rounds, public and the factory's
+            own keywords.
+        rounds: default rounds when none are given (None: the factory's own default).
+        one_round: the mechanism runs exactly one round (no `rounds` option).
+        public: the mechanism needs a public table over the same domain.
+        cap_rounds: the default rounds are capped at the workload's marginal count (mechanisms
+            that measure each marginal at most once).
+        releases: "records" (a synthetic table) or "answers" (noisy workload answers).
+        relaxed: the mechanism fits a distribution whose own answers (`relaxed_answers(state)`)
+            differ from its sampled records'.
+        error_bounds: (mechanism, state, synthetic Dataset, confidence, domain) -> a JSON-able
+            dict of per-marginal error bounds, for mechanisms with uncertainty quantification;
+            None otherwise.
+        own_workload: given no workload, the factory builds its query classes from the schema
+            (rap++: class-conditional marginals on the schema's target).
+        jit_release: compile the release (its output is an array: codes or answers); False for
+            a release that returns a `Dataset` or runs host code.
+    """
+
+    factory: Callable[..., Any]
+    rounds: int | None = None
+    one_round: bool = False
+    public: bool = False
+    cap_rounds: bool = False
+    releases: str = "records"
+    relaxed: bool = False
+    error_bounds: Callable[..., dict[str, Any]] | None = None
+    jit_release: bool = True
+    own_workload: bool = False
+
+
+def _independent(data: Dataset, workload: MarginalWorkload, **budget):
+    return independent(data, **budget)  # measures the 1-way marginals whatever the workload
+
+
+def _aim(data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options):
+    """AIM picks its own rounds by budget annealing: `rounds` caps them (its T)."""
+    if rounds is not None:
+        options["max_rounds"] = rounds
+    return aim(data, workload, **options)
+
+
+def _aim_error_bounds(mechanism, state, synthetic: Dataset, confidence: float, domain: Domain) -> dict:
+    """AIM's per-marginal L1 error bounds of the released records (post-processing: publishable)."""
+    if isinstance(confidence, bool) or not isinstance(confidence, float | int) or not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    bounds = mechanism.error_bounds(state, float(confidence), synthetic=synthetic.codes)
+    return {
+        "confidence": float(confidence),
+        "units": "L1 distance between count vectors; normalised: divided by the released row count",
+        "marginals": [
+            {
+                "marginal": list(names),
+                "l1_bound": float(b),
+                "l1_bound_normalised": float(nb),
+                "supported": bool(s),
+            }
+            for names, b, nb, s in zip(
+                mechanism.workload.names(domain),
+                bounds.bound,
+                bounds.normalised,
+                bounds.supported,
+                strict=True,
+            )
+        ],
+    }
+
+
+def _rap_plus_plus(data: Dataset, workload: MarginalWorkload | None, *, rounds: int | None = None, **budget):
+    """RAP++ over Section 5.1's query classes: categorical marginals (`workload`, or every
+    feature x feature x target marginal when None), mixed marginals and linear thresholds. The
+    random threshold queries are public: drawn from a fixed query-set key, not the noise key."""
+    classes = default_classes(data.domain, jax.random.key(0), workload=workload, marginal_rounds=rounds)
+    return rap_plus_plus(data, classes, **budget)
+
+
+def measured_workload(mechanism, workload: MarginalWorkload | None) -> MarginalWorkload:
+    """The marginals a release is judged on: `workload`, or those a mechanism that builds its
+    own query classes chose (rap++: its categorical-marginal class)."""
+    return mechanism.classes[0].workload if workload is None else workload
+
+
+# Default rounds: the papers' settings on ADULT (reduced); entries without one keep their
+# factory's default (rap 10, gem 50).
+MECHANISMS: dict[str, MechanismSpec] = {
+    "independent": MechanismSpec(_independent, one_round=True),
+    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers"),
+    "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True),
+    "pep": MechanismSpec(pep, rounds=25, cap_rounds=True),
+    "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True),
+    "pep-pub": MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True),
+    "rap": MechanismSpec(rap, relaxed=True),
+    "rap-softmax": MechanismSpec(rap_softmax, relaxed=True),
+    "gem": MechanismSpec(gem, relaxed=True),
+    "gem-pub": MechanismSpec(gem_pub, relaxed=True, public=True),
+    "dualquery": MechanismSpec(dualquery, rounds=100),
+    "fem": MechanismSpec(fem, rounds=200),
+    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False),
+    "rap++": MechanismSpec(_rap_plus_plus, own_workload=True),
+}
+# Works on any categorical domain with no dense histogram and no extra dependency, in about a
+# minute on ADULT; AIM is more accurate on small domains but needs the `pgm` extra and is slower.
+DEFAULT_MECHANISM = "rap-softmax"
+
+
+def register(name: str, spec: MechanismSpec) -> None:
+    """Add a mechanism to the registry the API and the command line share."""
+    if not isinstance(spec, MechanismSpec):
+        raise TypeError(f"spec must be a MechanismSpec, got {type(spec).__name__}")
+    MECHANISMS[name] = spec
+
+
+def mechanism_spec(name: str) -> MechanismSpec:
+    """The registry entry of `name`; ValueError listing the choices when there is none."""
+    if name not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {name!r}; choose one of: {', '.join(MECHANISMS)}")
+    return MECHANISMS[name]
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+def as_domain(schema: Domain | Mapping[str, Any] | str | os.PathLike) -> Domain:
+    """A declared domain from a `Domain`, a JSON-style dict (schema or sizes form, see
+    `jaxdp.domain`) or the path of a JSON file holding one."""
+    if isinstance(schema, Domain):
+        return schema
+    if isinstance(schema, Mapping):
+        return Domain.from_schema(schema) if "columns" in schema else Domain.from_sizes(schema)
+    if isinstance(schema, str | os.PathLike):
+        return Domain.load(schema)
+    raise TypeError(
+        f"schema must be a jaxdp.Domain, a dict or a JSON file path, got {type(schema).__name__}; "
+        "the domain is always declared, never read from the data"
+    )
+
+
+def as_dataset(data: Any, schema: Domain | Mapping[str, Any] | str | os.PathLike | None) -> Dataset:
+    """Validate a table against its declared schema.
+
+    Args:
+        data: a pandas DataFrame or a dict of columns (labels where the schema declares them,
+            codes otherwise, numeric columns in original units), a 2-D NumPy array with the
+            schema's columns in order (numeric dtype: codes and values; object/str dtype:
+            labels), or a `Dataset` (whose domain must equal the schema, if one is given).
+        schema: the declared domain (see `as_domain`); may be None only for a `Dataset`.
+
+    Raises:
+        DataError: naming the column and the number of bad values, never a value.
+    """
+    if isinstance(data, Dataset):
+        if schema is not None and as_domain(schema) != data.domain:
+            raise DataError("the Dataset's domain differs from the declared schema")
+        return data
+    if schema is None:
+        raise TypeError("schema is required: the domain is always declared, never read from the data")
+    domain = as_domain(schema)
+    if _is_dataframe(data) or isinstance(data, Mapping):
+        return Dataset.from_columns(domain, {str(c): np.asarray(data[c]) for c in data})
+    if isinstance(data, np.ndarray):
+        if data.ndim != 2 or data.shape[1] != len(domain):
+            raise DataError(f"an array must have shape (n_records, {len(domain)}), got {data.shape}")
+        if data.dtype.kind in "biuf":
+            kinds = [isinstance(a, Categorical) for a in domain.attributes]
+            codes = data[:, [j for j, c in enumerate(kinds) if c]]
+            numeric = data[:, [j for j, c in enumerate(kinds) if not c]]
+            return Dataset.from_codes(domain, codes, numeric)
+        return Dataset.from_columns(domain, {a.name: data[:, j] for j, a in enumerate(domain.attributes)})
+    raise TypeError(
+        f"data must be a pandas DataFrame, a dict of columns, a 2-D NumPy array or a jaxdp.Dataset, "
+        f"got {type(data).__name__}"
+    )
+
+
+def _is_dataframe(data: Any) -> bool:
+    return type(data).__name__ == "DataFrame" and hasattr(data, "columns")
+
+
+def workload_from_spec(spec: str | MarginalWorkload | list, domain: Domain) -> MarginalWorkload:
+    """A workload from "all-Kway", a list of lists of attribute names, the path of a JSON file
+    holding such a list, or a `MarginalWorkload` (returned as is)."""
+    if isinstance(spec, MarginalWorkload):
+        return spec
+    if isinstance(spec, list):
+        if not all(isinstance(m, list | tuple) for m in spec):
+            raise ValueError("workload must be a list of lists of attribute names")
+        return from_names(domain, [list(m) for m in spec])
+    if spec.startswith("all-") and spec.endswith("way"):
+        try:
+            k = int(spec[4:-3])
+        except ValueError:
+            raise ValueError(f"workload {spec!r}: expected all-Kway, e.g. all-3way") from None
+        return all_kway(domain.sizes, k)
+    try:
+        marginals = json.loads(Path(spec).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"workload: cannot read {spec!r}: {type(err).__name__}") from None
+    if not isinstance(marginals, list) or not all(isinstance(m, list) for m in marginals):
+        raise ValueError("workload file must hold a JSON list of lists of attribute names")
+    return from_names(domain, marginals)
+
+
+# -- building and running -------------------------------------------------------------------------
+
+
+def build(
+    name: str,
+    data: Dataset,
+    workload: MarginalWorkload | None,
+    *,
+    epsilon: float,
+    delta: float = DEFAULT_DELTA,
+    relation: Neighboring | str = Neighboring.REPLACE_ONE,
+    conversion: str = "exact",
+    rounds: int | None = None,
+    public: Dataset | None = None,
+    **options: Any,
+):
+    """Build registered mechanism `name` (its plan is fixed and checked here, before any run).
+
+    Raises:
+        ValueError: unknown mechanism, rounds given to a one-round mechanism, public data
+            missing or unexpected, or any error of the factory.
+    """
+    spec = mechanism_spec(name)
+    if workload is None and not spec.own_workload:
+        raise ValueError(f"mechanism {name!r} needs a workload")
+    if spec.one_round and rounds is not None and rounds != 1:
+        raise ValueError(f"mechanism {name!r} runs exactly one round; do not give rounds")
+    if public is not None and not spec.public:
+        raise ValueError(f"mechanism {name!r} uses no public data")
+    if public is None and spec.public:
+        raise ValueError(f"mechanism {name!r} needs a public table over the same domain")
+    budget = dict(epsilon=epsilon, delta=delta, relation=relation, conversion=conversion)
+    if not spec.one_round:
+        if rounds is None and spec.rounds is not None:
+            rounds = min(spec.rounds, len(workload)) if spec.cap_rounds else spec.rounds
+        if rounds is not None:
+            options["rounds"] = rounds
+    if public is not None:
+        options["public"] = public
+    return spec.factory(data, workload, **options, **budget)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What `synthesize` returns.
+
+    Attributes:
+        data: the release, in the container the input came in: synthetic records (DataFrame,
+            dict of columns, NumPy array or Dataset), or for mechanisms that release answers
+            (gaussian) the noisy answers (a DataFrame with columns marginal, cell, answer when
+            the input was one; otherwise a (n_queries,) float64 array).
+        report: the privacy report (the command line's `--report`), safe to publish except
+            `seconds` (a timing side channel on the table's size).
+        ledger: one entry per private primitive invoked, audited against the plan.
+        error_bounds: the mechanism's uncertainty quantification, or None if it has none.
+        synthetic: the synthetic records as a `Dataset` (None for answer releases).
+        answers: the released noisy answers (None for record releases).
+        mechanism: the built mechanism (its plan, workload and settings).
+        state: its final state.
+    """
+
+    data: Any
+    report: dict[str, Any]
+    ledger: list[LedgerEntry]
+    error_bounds: Any | None
+    synthetic: Dataset | None = dataclasses.field(default=None, repr=False)
+    answers: np.ndarray | None = dataclasses.field(default=None, repr=False)
+    mechanism: Any = dataclasses.field(default=None, repr=False)
+    state: Any = dataclasses.field(default=None, repr=False)
+
+
+def execute(
+    name: str,
+    mechanism: Any,
+    key: Key,
+    domain: Domain,
+    *,
+    rows: int | None = None,
+    progress: loop.Progress | bool | None = None,
+    started: float | None = None,
+    confidence: float = 0.95,
+) -> Result:
+    """Run a built mechanism, release its output and write its report (`data` left as a
+    `Dataset` or the answer vector; `synthesize` converts it to the input's container).
+
+    Args:
+        name: the registry name (recorded in the report).
+        progress: passed to `loop.run` (True: one log line per block of rounds).
+        started: `time.perf_counter()` at the start of the job (default: now), for `seconds`.
+        confidence: of the error bounds, for mechanisms that give them (their report gains
+            `error_bounds`).
+    """
+    started = time.perf_counter() if started is None else started
+    spec = mechanism_spec(name)
+    key = require_key(key)
+    run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None)
+    synthetic = answers = None
+    release = _release_jit if spec.jit_release and getattr(mechanism, "jittable", True) else _release
+    if spec.releases == "answers":
+        answers = np.asarray(release(mechanism, run.state, key), np.float64)
+        released, n_rows = answers, int(answers.shape[0])
+    else:
+        out = release(mechanism, run.state, key, rows)
+        if isinstance(out, Dataset):
+            synthetic = out
+        elif isinstance(out, tuple):  # (codes, numeric in [0, 1]): a mixed-type release
+            synthetic = Dataset(domain, *(np.asarray(x) for x in out))
+        else:
+            codes = np.asarray(out)
+            synthetic = Dataset(domain, codes, np.zeros((codes.shape[0], 0), np.float32))
+        released, n_rows = synthetic, len(synthetic)
+    spent = rho_spent(run.ledger)
+    plan = mechanism.plan
+    report = {
+        "mechanism": name,
+        "epsilon": plan.epsilon,
+        "delta": plan.delta,
+        "rho_budget": plan.rho_budget,
+        "rho_spent": spent,
+        "epsilon_spent": epsilon_from_rho(spent, plan.delta, plan.conversion),
+        "conversion": plan.conversion,
+        "relation": mechanism.relation.value,
+        "ledger": [e.to_json() for e in run.ledger],
+        "seconds": time.perf_counter() - started,
+        "rows": n_rows,
+        "output": "noisy answers" if spec.releases == "answers" else "synthetic records",
+        "jaxdp_version": _version(),
+    }
+    bounds = None
+    if spec.error_bounds is not None:
+        bounds = spec.error_bounds(mechanism, run.state, synthetic, confidence, domain)
+        report["error_bounds"] = bounds
+    return Result(released, report, run.ledger, bounds, synthetic, answers, mechanism, run.state)
+
+
+def _release(mechanism, state, key, rows=None):
+    return (
+        loop.release(mechanism, state, key)
+        if rows is None
+        else loop.release(mechanism, state, key, rows=rows)
+    )
+
+
+# One compiled program per release shape: sampling op by op compiles every small op separately
+# (half a minute for GEM on ADULT on a 2-core CPU).
+_release_jit = jax.jit(_release, static_argnums=3)
+
+
+def _version() -> str:
+    from jaxdp import __version__  # the package's single source, read late: jaxdp imports this module
+
+    return __version__
+
+
+def release_errors(real: Dataset, result: Result, workload: MarginalWorkload) -> dict[str, Any]:
+    """max_abs, mean_l1, rmse of a release against the real table (plus "relaxed": the fitted
+    distribution's own errors, for relaxed mechanisms).
+
+    Uses the real data: NOT differentially private, for the data holder only.
+    """
+    if result.answers is not None:
+        relation = result.mechanism.relation
+        estimated = result.answers if relation is Neighboring.REPLACE_ONE else result.answers / len(real)
+        return answer_errors(fractions(real, workload), estimated, workload)
+    errors: dict[str, Any] = workload_errors(real, result.synthetic, workload)
+    if mechanism_spec(result.report["mechanism"]).relaxed:
+        relaxed = np.asarray(result.mechanism.relaxed_answers(result.state), np.float64)
+        errors["relaxed"] = answer_errors(fractions(real, workload), relaxed, workload)
+    return errors
+
+
+def answers_table(workload: MarginalWorkload, domain: Domain, answers: np.ndarray) -> dict[str, list]:
+    """Noisy answers as columns marginal ("a|b|c"), cell (row-major index), answer."""
+    names = ["|".join(n) for n in workload.names(domain)]
+    table: dict[str, list] = {"marginal": [], "cell": [], "answer": []}
+    for i, (start, cells) in enumerate(zip(workload.offsets, workload.cells, strict=True)):
+        table["marginal"] += [names[i]] * cells
+        table["cell"] += list(range(cells))
+        table["answer"] += [float(a) for a in answers[start : start + cells]]
+    return table
+
+
+# -- the one call ---------------------------------------------------------------------------------
+
+
+def synthesize(
+    data: Any,
+    schema: Domain | Mapping[str, Any] | str | os.PathLike | None,
+    *,
+    mechanism: str = DEFAULT_MECHANISM,
+    epsilon: float,
+    delta: float = DEFAULT_DELTA,
+    key: Key,
+    workload: str | list | MarginalWorkload | None = DEFAULT_WORKLOAD,
+    rounds: int | None = None,
+    rows: int | None = None,
+    public: Any = None,
+    relation: Neighboring | str = Neighboring.REPLACE_ONE,
+    conversion: str = "exact",
+    progress: bool = False,
+    confidence: float = 0.95,
+    **options: Any,
+) -> Result:
+    """Release a differentially private synthetic version of a table.
+
+    Args:
+        data: the private table (see `as_dataset`): pandas DataFrame, dict of columns, 2-D NumPy
+            array or `Dataset`.
+        schema: the declared domain: a `Domain`, a dict in the schema form (labelled categories,
+            numeric bounds) or sizes form, or a JSON file path. Never inferred from the data.
+        mechanism: a name in `MECHANISMS`.
+        epsilon, delta: the (epsilon, delta)-DP budget; delta defaults to 1e-9, a fixed value
+            that does not depend on the (private) record count.
+        key: the root key, `jax.random.key(seed)` for a reproducible run or
+            `jaxdp.secure_root_key()` for a release. Secret: it regenerates the noise.
+        workload: "all-Kway", a list of lists of attribute names, or a `MarginalWorkload`; None
+            for rap++'s class-conditional marginals on the schema's target.
+        rounds: rounds of an adaptive mechanism (default: its registry default).
+        rows: synthetic rows (default: the record count under replace-one).
+        public: a public table over the same schema (pmw-pub, pep-pub, gem-pub).
+        relation: "replace-one" (n public) or "add-remove".
+        conversion: "exact" or "simple" zCDP-to-(epsilon, delta) conversion.
+        progress: report progress (a tqdm bar when tqdm is installed, else one log line per
+            block of rounds on the "jaxdp" logger). Off by default.
+        confidence: of the per-marginal error bounds (aim).
+        **options: the mechanism factory's own keywords (e.g. batch for gem).
+
+    Returns:
+        A `Result`; `data` comes back in the input's container (a DataFrame for a DataFrame).
+
+    Raises:
+        DataError: the table does not fit the schema (column and count named, never a value).
+        ValueError: bad arguments; BudgetExceededError: the plan exceeds the budget.
+
+    Privacy:
+        (epsilon, delta)-DP for the stated relation, by the mechanism's plan; `report` and
+        `ledger` record every private primitive and are checked against the plan.
+    """
+    started = time.perf_counter()
+    key = require_key(key)
+    dataset = as_dataset(data, schema)
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+        raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
+    work = None if workload is None else workload_from_spec(workload, dataset.domain)
+    public_data = None if public is None else as_dataset(public, dataset.domain)
+    mech = build(
+        mechanism,
+        dataset,
+        work,
+        epsilon=epsilon,
+        delta=delta,
+        relation=relation,
+        conversion=conversion,
+        rounds=rounds,
+        public=public_data,
+        **options,
+    )
+    with _progress_reporter(progress) as report_progress:
+        result = execute(
+            mechanism, mech, key, dataset.domain, rows=rows, progress=report_progress, confidence=confidence
+        )
+        result = dataclasses.replace(
+            result, report={**result.report, "seconds": time.perf_counter() - started}
+        )
+    work = measured_workload(mech, work)
+    return dataclasses.replace(result, data=_like_input(data, result, work, dataset.domain))
+
+
+def _like_input(data: Any, result: Result, workload: MarginalWorkload, domain: Domain) -> Any:
+    """The release in the container the private table came in."""
+    if result.answers is not None:
+        if _is_dataframe(data):
+            return type(data)(answers_table(workload, domain, result.answers))
+        return result.answers
+    synthetic = result.synthetic
+    if isinstance(data, Dataset):
+        return synthetic
+    columns = synthetic.to_columns()
+    if _is_dataframe(data):
+        return type(data)(columns)
+    if isinstance(data, Mapping):
+        return columns
+    if data.dtype.kind in "biuf":  # codes in, codes out (numeric columns in original units)
+        cat = {a.name: j for j, a in enumerate(synthetic.domain.categorical)}
+        stacked = np.stack(
+            [synthetic.codes[:, cat[n]] if n in cat else columns[n] for n in synthetic.domain.names], axis=1
+        )
+        return stacked if synthetic.domain.numeric else stacked.astype(np.int32)
+    return np.stack([np.asarray(columns[n], dtype=object) for n in synthetic.domain.names], axis=1)
+
+
+class _progress_reporter:
+    """Context manager giving `loop.run`'s progress argument: None when off, a tqdm updater
+    when tqdm is installed, else True (log lines on the "jaxdp" logger)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return True
+        self._tqdm = tqdm
+        return self._update
+
+    def _update(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = self._tqdm(total=total, unit="round", desc="jaxdp")
+        self.bar.update(done - self.bar.n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+        return False

@@ -1,0 +1,186 @@
+"""The high-level API: containers in and out, a declared schema, the same run as the core."""
+
+import logging
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import api, loop
+from jaxdp.domain import DataError, Dataset, Domain
+from jaxdp.queries import all_kway
+
+pd = pytest.importorskip("pandas")
+
+SCHEMA = {
+    "columns": {
+        "colour": {"type": "categorical", "categories": ["red", "green", "blue"]},
+        "size": {"type": "categorical", "categories": ["S", "M", "L", "XL"]},
+        "flag": {"type": "categorical", "size": 2},
+    }
+}
+REPORT_KEYS = {
+    "mechanism",
+    "epsilon",
+    "delta",
+    "rho_budget",
+    "rho_spent",
+    "epsilon_spent",
+    "conversion",
+    "relation",
+    "ledger",
+    "seconds",
+    "rows",
+    "output",
+    "jaxdp_version",
+}
+
+
+def _frame(n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    colour = rng.integers(0, 3, n)
+    size = (colour + rng.integers(0, 2, n)) % 4
+    flag = rng.integers(0, 2, n)
+    return pd.DataFrame(
+        {
+            "colour": np.array(["red", "green", "blue"])[colour],
+            "size": np.array(["S", "M", "L", "XL"])[size],
+            "flag": flag,
+        }
+    )
+
+
+def _mwem(data, **kw):
+    schema = kw.pop("schema", SCHEMA)
+    kw.setdefault("workload", "all-2way")
+    return jaxdp.synthesize(
+        data, schema, mechanism="mwem", epsilon=1.0, key=jax.random.key(3), rounds=3, **kw
+    )
+
+
+def test_dataframe_in_dataframe_out_with_labels_and_an_audited_report():
+    frame = _frame()
+    result = _mwem(frame)
+    assert isinstance(result.data, pd.DataFrame)
+    assert list(result.data.columns) == ["colour", "size", "flag"] and len(result.data) == len(frame)
+    assert set(result.data["colour"]) <= {"red", "green", "blue"}
+    assert set(result.data["flag"]) <= {0, 1}
+    assert set(result.report) == REPORT_KEYS and result.report["mechanism"] == "mwem"
+    assert len(result.ledger) == 6 and result.report["rho_spent"] <= result.report["rho_budget"]
+    assert result.error_bounds is None
+
+
+def test_the_api_runs_exactly_the_functional_core():
+    frame = _frame()
+    result = _mwem(frame)
+    data = Dataset.from_columns(Domain.from_schema(SCHEMA), {c: frame[c].to_numpy() for c in frame})
+    mech = jaxdp.mwem(data, all_kway(data.domain.sizes, 2), rounds=3, epsilon=1.0, delta=1e-9)
+    run = jaxdp.run(mech, jax.random.key(3))
+    codes = np.asarray(jaxdp.release(mech, run.state, jax.random.key(3)))
+    np.testing.assert_array_equal(result.synthetic.codes, codes)
+    assert [e.to_json() for e in result.ledger] == [e.to_json() for e in run.ledger]
+
+
+def test_containers_mirror_the_input():
+    frame = _frame()
+    domain = Domain.from_schema(SCHEMA)
+    from_frame = _mwem(frame).synthetic.codes
+    as_dict = _mwem({c: frame[c].to_list() for c in frame})
+    assert isinstance(as_dict.data, dict) and list(as_dict.data) == ["colour", "size", "flag"]
+    labels = _mwem(frame.to_numpy())  # object array: labels
+    assert labels.data.dtype == object and labels.data.shape == (len(frame), 3)
+    codes = Dataset.from_columns(domain, {c: frame[c].to_numpy() for c in frame}).codes
+    coded = _mwem(codes)  # numeric array: codes
+    assert coded.data.dtype == np.int32
+    dataset = _mwem(Dataset(domain, codes, np.zeros((len(codes), 0), np.float32)), schema=None)
+    assert isinstance(dataset.data, Dataset)
+    for result in (as_dict, labels, coded, dataset):  # same records, same key: same release
+        np.testing.assert_array_equal(result.synthetic.codes, from_frame)
+    np.testing.assert_array_equal(coded.data, from_frame)
+
+
+def test_the_domain_is_declared_never_inferred():
+    frame = _frame()
+    with pytest.raises(TypeError, match="schema is required"):
+        _mwem(frame, schema=None)
+    bad = frame.assign(colour=frame["colour"].where(frame.index % 7 != 0, "purple"))
+    with pytest.raises(DataError, match="'colour'") as err:
+        _mwem(bad)
+    assert "purple" not in str(err.value)
+    with pytest.raises(DataError, match="not declared"):
+        _mwem(frame.assign(extra=1))
+
+
+def test_bad_arguments_are_refused_before_running():
+    frame = _frame()
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        jaxdp.synthesize(frame, SCHEMA, mechanism="nope", epsilon=1.0, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="exactly one round"):
+        jaxdp.synthesize(frame, SCHEMA, mechanism="independent", epsilon=1.0, key=jax.random.key(0), rounds=3)
+    with pytest.raises(ValueError, match="public"):
+        jaxdp.synthesize(frame, SCHEMA, mechanism="pmw-pub", epsilon=1.0, key=jax.random.key(0))
+    with pytest.raises(TypeError):
+        jaxdp.synthesize(frame, SCHEMA, epsilon=1.0, key=0)
+
+
+def test_answer_releases_come_back_as_a_table():
+    result = jaxdp.synthesize(
+        _frame(), SCHEMA, mechanism="gaussian", epsilon=1.0, key=jax.random.key(1), workload=[["colour"]]
+    )
+    assert list(result.data.columns) == ["marginal", "cell", "answer"] and len(result.data) == 3
+    assert result.report["output"] == "noisy answers" and result.synthetic is None
+
+
+def test_public_data_and_registry_extensions():
+    frame = _frame()
+    public = _frame(n=50, seed=5)
+    result = jaxdp.synthesize(
+        frame,
+        SCHEMA,
+        mechanism="pmw-pub",
+        epsilon=1.0,
+        key=jax.random.key(2),
+        rounds=2,
+        public=public,
+        workload="all-2way",
+    )
+    assert len(result.ledger) == 4
+    spec = api.MECHANISMS["independent"]
+    api.register("independent-with-bounds", api.MechanismSpec(spec.factory, one_round=True, error_bounds=_b))
+    try:
+        bounded = jaxdp.synthesize(
+            frame, SCHEMA, mechanism="independent-with-bounds", epsilon=1.0, key=jax.random.key(2)
+        )
+    finally:
+        del api.MECHANISMS["independent-with-bounds"]
+    assert bounded.error_bounds == {"sigma": bounded.mechanism.sigma}
+
+
+def _b(mechanism, state):
+    return {"sigma": mechanism.sigma}
+
+
+def test_silent_by_default(capsys, caplog):
+    caplog.set_level(logging.WARNING, logger="jaxdp")
+    _mwem(_frame())
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "" and not caplog.records
+
+
+def test_progress_logs_one_line_per_block_and_changes_nothing(caplog, monkeypatch):
+    frame = _frame()
+    quiet = _mwem(frame)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # no tqdm: log lines instead of a bar
+    caplog.set_level(logging.INFO, logger="jaxdp")
+    loud = _mwem(frame, progress=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == loop.__name__]
+    assert lines == ["round 1/3", "round 2/3", "round 3/3"]
+    np.testing.assert_array_equal(quiet.synthetic.codes, loud.synthetic.codes)
+
+
+def test_progress_bar_when_tqdm_is_installed(capsys):
+    pytest.importorskip("tqdm")
+    _mwem(_frame(), progress=True)
+    assert "3/3" in capsys.readouterr().err
