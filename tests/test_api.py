@@ -156,9 +156,10 @@ def test_public_data_and_registry_extensions():
     finally:
         del api.MECHANISMS["independent-with-bounds"]
     assert bounded.error_bounds == {"sigma": bounded.mechanism.sigma}
+    assert bounded.report["error_bounds"] == bounded.error_bounds
 
 
-def _b(mechanism, state):
+def _b(mechanism, state, synthetic, confidence, domain):
     return {"sigma": mechanism.sigma}
 
 
