@@ -113,6 +113,8 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
         "bound_median_ratio": float(np.median(bounds.bound / np.maximum(true_l1, 1e-9))),
         "rho_spent_over_budget": float(result.state.rho_spent / mech.plan.rho_budget),
         "load_avg": load_average(),
+        # XLA's optimisation level changes compile time, which dominates AIM's run time
+        "xla_flags": os.environ.get("XLA_FLAGS"),
     }
 
 
