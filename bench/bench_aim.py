@@ -7,6 +7,7 @@ from ../shared/data/private-pgm/ (skipped with a message when absent). Workload 
 normalised marginals of the real and synthetic tables (`jaxdp.evaluate`, key "mean_l1").
 
     python bench/bench_aim.py [--attributes 6|14] [--seeds 0 1 2 3 4] [--epsilon 1] [--out F.jsonl]
+        [--iters 1000] [--final-iters 3000] [--tol 1e-2 | --tol none]
 """
 
 from __future__ import annotations
@@ -106,11 +107,14 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
         if score
         else None,
         "fit_s_per_round_median": float(np.median([r["fit_s"] for r in handler.rounds])) if score else None,
+        "fit_s_total": float(sum(r["fit_s"] for r in handler.rounds)),
         "eligible_max": max((r["eligible"] for r in handler.rounds), default=0),
         "bounds_cover": float(np.mean(bounds.bound >= true_l1)),
         "bound_median_ratio": float(np.median(bounds.bound / np.maximum(true_l1, 1e-9))),
         "rho_spent_over_budget": float(result.state.rho_spent / mech.plan.rho_budget),
         "load_avg": load_average(),
+        # XLA's optimisation level changes compile time, which dominates AIM's run time
+        "xla_flags": os.environ.get("XLA_FLAGS"),
     }
 
 
@@ -121,6 +125,14 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-9)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--iters", type=int, default=1000, help="mirror-descent cap per round")
+    parser.add_argument("--final-iters", type=int, default=3000, help="cap for the last round")
+    parser.add_argument(
+        "--tol",
+        type=lambda v: None if v == "none" else float(v),
+        default=1e-2,
+        help='early stop; "none" = off',
+    )
     args = parser.parse_args()
     data = load_adult(args.attributes)
     if data is None:
@@ -128,9 +140,13 @@ def main() -> None:
     workload = all_kway(data.domain.sizes, 3)
     recorder = Recorder(args.out)
     for seed in args.seeds:
-        row = run_once(data, workload, seed, args.epsilon, args.delta)
+        options = {"iters": args.iters, "final_iters": args.final_iters, "tol": args.tol}
+        row = run_once(data, workload, seed, args.epsilon, args.delta, **options)
         recorder.emit(
-            "aim", {"attributes": args.attributes, "marginals": len(workload), "records": len(data)}, **row
+            "aim",
+            {"attributes": args.attributes, "marginals": len(workload), "records": len(data)},
+            **options,
+            **row,
         )
 
 

@@ -70,6 +70,7 @@ def estimate(
     total: float | None,
     iters: int,
     warm_start: Any = None,
+    tol: float | None = None,
 ) -> Any:
     """Fit a graphical model to the measurements by mirror descent (MLE under Gaussian noise).
 
@@ -80,6 +81,8 @@ def estimate(
             (minimum-variance unbiased combination of their sums).
         iters: mirror-descent iterations.
         warm_start: a previous model whose potentials start the optimisation.
+        tol: stop before `iters` once two consecutive blocks of 50 iterations each lower the
+            loss by at most this fraction of it; None runs all `iters`.
 
     Returns:
         an `mbi.MarkovRandomField`.
@@ -91,7 +94,9 @@ def estimate(
         for m in measurements
     ]
     estimator = mbi.estimation.MirrorDescent()
-    return estimator.estimate(domain, linear, known_total=total, iters=iters, warm_start=warm_start)
+    return estimator.estimate(
+        domain, linear, known_total=total, iters=iters, warm_start=warm_start, tol=tol, patience=2
+    )
 
 
 class ModelMarginals:

@@ -111,6 +111,31 @@ def test_model_marginals_are_exact():
         np.testing.assert_allclose(marginals.marginal(clique), joint.sum(axis=drop).reshape(-1), atol=1e-6)
 
 
+def test_fit_stops_early_once_converged(monkeypatch):
+    """With `tol`, refitting a fitted model to its own measurements stops after 3 blocks of 50
+    iterations (the first sets the reference loss, then `patience` = 2 stall); without it every
+    block of `iters` runs."""
+    mbi = pgm.require_mbi()
+    sizes = (3, 4, 2)
+    rng = np.random.default_rng(1)
+    measurements = [pgm.Measurement((i,), rng.random(s) * 100, 2.0) for i, s in enumerate(sizes)]
+    measurements.append(pgm.Measurement((0, 1), rng.random(12) * 30, 2.0))
+    fitted = pgm.estimate(sizes, measurements, total=None, iters=3000)
+    blocks = []
+    multi_step = mbi.estimation.Estimator._multi_step
+
+    def counted(self, *args, **kwargs):
+        blocks.append(1)
+        return multi_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(mbi.estimation.Estimator, "_multi_step", counted)
+    pgm.estimate(sizes, measurements, total=None, iters=1000, warm_start=fitted, tol=1e-2)
+    assert len(blocks) == 3
+    blocks.clear()
+    pgm.estimate(sizes, measurements, total=None, iters=1000, warm_start=fitted, tol=None)
+    assert len(blocks) == 20
+
+
 def test_synthetic_records_agree_with_the_model_on_unmeasured_marginals():
     mech = _aim(epsilon=3.0)
     state = loop.run(mech, jax.random.key(5)).state
@@ -180,6 +205,8 @@ def test_bad_arguments_are_refused():
         jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, max_rounds=3)
     with pytest.raises(ValueError, match="max_model_size"):
         jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, max_model_size=0.0)
+    with pytest.raises(ValueError, match="tol"):
+        jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, tol=0.0)
     mech = _aim()
     with pytest.raises(ValueError, match="confidence"):
         mech.error_bounds(loop.run(mech, jax.random.key(0)).state, confidence=1.0)
