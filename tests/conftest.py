@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import jax
@@ -11,6 +12,16 @@ jax.config.update("jax_debug_key_reuse", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop every compiled program after each test module. XLA's CPU backend maps memory for
+    each executable it keeps; the whole suite compiles thousands (AIM alone ~800 mappings a run),
+    and one process reached the kernel's limit of 65,530 mappings, crashing a later compile."""
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture
