@@ -19,8 +19,11 @@ import jaxdp
 from jaxdp import noise
 from jaxdp.cli import main
 from jaxdp.domain import DataError
+from jaxdp.mechanisms import _histogram as histogram_module
 from jaxdp.queries import MarginalWorkload, all_kway
 from jaxdp.types import Sensitive
+
+from .mechanisms.conftest import FACTORIES, tiny_dataset
 
 SECRET = "987654"  # planted in bad tables; must never appear in a message
 SCHEMA = {
@@ -204,3 +207,49 @@ def test_a_reused_key_is_refused():
     noise.gumbel_top_k(top_key, Sensitive(jnp.zeros(5)), k=2, scale=1.0, sensitivity=1.0)
     with pytest.raises(jax.errors.KeyReuseError):
         noise.exponential(top_key, Sensitive(jnp.zeros(5)), scale=1.0, sensitivity=1.0)
+
+
+# --- every shipped mechanism refuses a bad budget -----------------------------------------------
+
+BAD_BUDGETS = [
+    ({"epsilon": 0.0, "delta": 1e-6}, "epsilon must be"),
+    ({"epsilon": math.nan, "delta": 1e-6}, "epsilon must be"),
+    ({"epsilon": 1.0, "delta": 1.0}, "delta must be"),
+    ({"rho": -0.5}, "rho must be"),
+]
+
+
+@pytest.mark.parametrize(("budget", "match"), BAD_BUDGETS, ids=[m.split()[0] for _, m in BAD_BUDGETS])
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_every_mechanism_refuses_a_bad_budget(name, budget, match):
+    """The budget is validated by each factory on the host, before anything is compiled or drawn,
+    for every mechanism of the contract suite (AIM included)."""
+    if name == "aim":
+        pytest.importorskip("mbi")
+    with pytest.raises(ValueError, match=match):
+        FACTORIES[name](tiny_dataset(n=40), **budget)
+
+
+# --- the CLI's seed -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296", "1.5", "x"])
+def test_bad_seed_cli(tmp_path, capsys, seed):
+    """--seed must be an integer in [0, 2^32) (jax.random.key keeps 32 bits of it)."""
+    _cli_fails(tmp_path, capsys, [*CLI_BASE, "--epsilon", "1", "--rounds", "1", "--seed", seed], "--seed")
+
+
+# --- a key reused inside a mechanism ------------------------------------------------------------
+
+
+def test_a_mechanism_reusing_its_key_is_caught(monkeypatch):
+    """Negative control for the contract suite's claim that no mechanism reuses a key: MWEM with
+    its SELECT and MEASURE streams collapsed onto the round key (a derivation bug) draws twice
+    from one key, and `jaxdp.run` raises under jax's key-reuse checker (on in tests/conftest.py).
+    The honest mechanism runs with the same root key."""
+    mechanism = _mwem(rounds=2)
+    jaxdp.run(mechanism, jax.random.key(5))
+    monkeypatch.setattr(histogram_module, "stream_key", lambda key, stream: key)
+    jax.clear_caches()  # the honest run's compiled program would skip the retrace
+    with pytest.raises(jax.errors.KeyReuseError):
+        jaxdp.run(mechanism, jax.random.key(5))

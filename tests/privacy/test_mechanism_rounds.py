@@ -138,12 +138,11 @@ ROUNDS = {
             d, WORKLOAD, rounds=1, marginals_per_round=1, n_rows=200, max_stage_steps=1, rho=0.25
         )
     ),
-    "gem": Round(lambda d: jaxdp.gem(d, WORKLOAD, rounds=1, rho=0.25, **SMALL_GENERATOR), prefix_seed=1),
+    "gem": Round(lambda d: jaxdp.gem(d, WORKLOAD, rounds=1, rho=0.25, **SMALL_GENERATOR)),
     "gem-pub": Round(
         lambda d: jaxdp.gem_pub(
             d, WORKLOAD, rounds=1, rho=0.25, public=PUBLIC, pretrain_steps=5, **SMALL_GENERATOR
-        ),
-        prefix_seed=1,
+        )
     ),
 }
 
@@ -179,11 +178,21 @@ def _public_prefix(mechanism, private_round: int, seed: int):
     """The state before the private round, from a fixed key: `init` and the free rounds before
     it draw only public randomness (random parameters, DualQuery's uniform round 0). The claims
     must hold conditional on it, so every run starts from the same prefix; the attack then sees
-    the private round alone and the selection odds do not blur over random initialisations."""
+    the private round alone and the selection odds do not blur over random initialisations.
+
+    The differentiable families (RAP, RAP-softmax, RAP++, GEM, GEM-Pub) start from a level state
+    instead: every parameter zero. Their random initialisation leaves one candidate's current
+    answers far from the others', so its score leads by several noise scales and the argmax
+    rarely flips between D and D'. With zero parameters every candidate's current answers are
+    identical (RAP's clipped rows: all 0; the softmax families: all 1/2), the scores tie on D and
+    move as in the module docstring, as for the histogram mechanisms' uniform start. Any public
+    state is a valid condition (it stands for GEM-Pub's pretraining too), so this is no weaker."""
     key = jax.random.key(seed)
     state = mechanism.init(stream_key(key, Stream.INIT))
     for t in range(private_round):
         state, _ = mechanism.step(state, round_key(key, t))
+    if isinstance(mechanism, RelaxedAdaptive | RapPlusPlus):  # the round reads only `params`
+        state = state._replace(params=jax.tree_util.tree_map(jnp.zeros_like, state.params))
     return state
 
 
@@ -295,23 +304,16 @@ def test_private_round_keeps_its_claims(name):
 @pytest.mark.parametrize("control", ["half the noise", "no noise"])
 @pytest.mark.parametrize("name", sorted(ROUNDS))
 def test_broken_round_breaks_its_claims(name, control, broken_noise):
-    """Negative controls: the broken round exceeds the honest claim in at least one part.
-
-    Known gap: for RAP, RAP-softmax and GEM(-Pub) the selection part alone does not exceed its
-    claim under "no noise" / "half the noise" (the fixed public prefix leaves one candidate far
-    ahead, so the broken argmax rarely flips); their measurement part does. For FEM and DualQuery
-    (selection only) and the histogram mechanisms the selection part exceeds on its own.
-    """
+    """Negative controls: the broken round exceeds the honest claim in EACH part it has, the
+    selection and the measurement on their own."""
     case = ROUNDS[name]
     claims = _claims(case.factory(D), case.private_round, case.prefix_seed, FAST_DELTA)
     broken_noise(control)
     selection, measurement = _bounds(name, N_FAST, FAST_DELTA, 201, claims.sigma)
-    excess = []
     if claims.selection is not None:
-        excess.append(selection - claims.selection)
+        assert selection > claims.selection, (control, "selection", selection)
     if claims.measurement is not None:
-        excess.append(measurement - claims.measurement)
-    assert max(excess) > 0, control
+        assert measurement > claims.measurement, (control, "measurement", measurement)
 
 
 @pytest.mark.slow
