@@ -29,7 +29,12 @@ Negative controls rebuild the same mechanism with broken noise at the primitives
 `jaxdp.noise` (what every mechanism calls), so they apply to any mechanism unchanged: half the
 noise scale; no noise; a halved declared sensitivity (the scale calibrated for it, so the Charge
 recomputes to the honest rho and the ledger cannot see the bug; it has the law of half the
-noise). Each control must EXCEED the honest claim.
+noise). Each control must EXCEED the honest claim in each part on its own (the selection alone
+and the measurement alone), which is why the differentiable families start from a level state
+(`_public_prefix`).
+
+AIM runs as a Python loop, too slow for these 50,000 runs: `test_aim_round.py` tests the
+primitive calls its rounds make, with the same attack, on add/remove neighbours.
 
 To add a mechanism: one line in ROUNDS (a factory on the tiny binary data with a budget that puts
 the selection near epsilon 1); a mechanism with a new State type also needs a `_released`
