@@ -118,11 +118,12 @@ def estimate(
         )
 
 
-# Junction trees up to this many cells are compiled with XLA's optimisations off: on 6-attribute
-# ADULT (<= 2^15 cells) that halves the compile seconds of mbi's mirror-descent programs at an
-# unchanged run time (bench/bench_aim.py, field "compile_s"), while larger models, whose
-# iterations cost more than their compile, keep the optimised code.
-CHEAP_COMPILE_MAX_CELLS = 2**20
+# Junction trees up to this many cells are compiled with XLA's optimisations off. Measured on the
+# 2-core CPU (process CPU seconds, ADULT-14 sizes): at 145k cells the compile took 3.8 s instead of
+# 4.7 s and 500 iterations ran as fast (0.9 s vs 1.0 s); at 860k cells compiling saved 1.3 s but
+# 500 iterations took 2.1 s instead of 1.4 s, a loss over AIM's ~1000 iterations per round. The
+# 6-attribute ADULT models (about 10^4 cells) sit far below, where compiling is most of a fit.
+CHEAP_COMPILE_MAX_CELLS = 2**18
 
 
 @contextlib.contextmanager
@@ -343,27 +344,41 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
     expected counts to within one per cell (the low-variance "randomised rounding" of
     Private-PGM, here driven by `fold_in(key, attribute)`).
 
-    The rows, groups and categories are padded to powers of two (one compiled program per bucket,
-    not per attribute or row count): padded categories have probability 0 and are never chosen,
-    padded rows form a group of their own and are dropped.
+    Tables are padded to powers of two above their parent groups (plus a spare group) and
+    categories, and the rows to a power of two, so the sampler compiles once per bucket, not per
+    attribute or row count; while the largest padded table is small, every attribute shares its
+    shape (one compile per release). Padded categories have probability 0 and are never chosen;
+    padded rows form a group of their own (the spare last one) and are dropped.
     """
     padded_rows = padded_length(rows)
+    shared = (
+        padded_length(max(joint.shape[0] for _, _, joint in plan) + 1),
+        padded_length(max(joint.shape[1] for _, _, joint in plan)),
+    )
     columns: dict[int, np.ndarray] = {}
     for a, parents, joint in plan:
         n_groups, size = joint.shape
         index = np.zeros(rows, np.int64)
         for p in parents:
             index = index * sizes[p] + columns[p]
-        # one spare group (the last) holds the padding rows
-        table = np.zeros((padded_length(n_groups + 1), padded_length(size)), np.float32)
+        shape = (
+            shared
+            if math.prod(shared) <= _SHARED_TABLE_CELLS
+            else (padded_length(n_groups + 1), padded_length(size))
+        )
+        table = np.zeros(shape, np.float32)
         table[:n_groups, :size] = joint
-        group = np.full(padded_rows, table.shape[0] - 1, np.int32)
+        group = np.full(padded_rows, shape[0] - 1, np.int32)
         group[:rows] = index
         drawn = _stratified(
             jax.random.fold_in(key, a), jnp.asarray(table), jnp.asarray(group), jnp.int32(size)
         )
         columns[a] = np.asarray(drawn)[:rows]
     return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
+
+
+# 16 MB of float32: above it, padding every table to the largest would cost more than compiling
+_SHARED_TABLE_CELLS = 2**22
 
 
 @jax.jit
