@@ -341,7 +341,7 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
     junction-tree clique). Within each group of records sharing the parents' values, the records
     are put in random order and record i of m takes the inverse CDF at (i + U_i) / m: every
     record is still marginally a draw from the conditional, but the group's counts match its
-    expected counts to within one per cell (the low-variance "randomised rounding" of
+    expected counts to within two per cell (the low-variance "randomised rounding" of
     Private-PGM, here driven by `fold_in(key, attribute)`).
 
     Tables are padded to powers of two above their parent groups (plus a spare group) and
