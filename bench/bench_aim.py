@@ -131,7 +131,7 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
         "cpu_s": cpu_s,  # process CPU seconds of run + release (all threads)
         "compiles": compiles,  # XLA compiles during run + release, and their seconds
         "compile_s": compile_s,
-        "compilation_cache": jax.config.read("jax_compilation_cache_dir"),
+        "compilation_cache": jax.config.jax_compilation_cache_dir,
         "rounds": int(result.state.rounds_done),
         "score_s_per_round_median": float(np.median(score)) if score else None,
         "score_s_per_round_max": float(np.max(score)) if score else None,
