@@ -110,7 +110,7 @@ def estimate(
         mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), tuple(m.clique), float(m.sigma))
         for m in merged
     ]
-    estimator = mbi.estimation.MirrorDescent()
+    estimator = mbi.estimation.MirrorDescent(marginal_oracle=_host_or_compiled_oracle)
     cells = model_size_mb(sizes, [m.clique for m in merged]) * 2**20 / 8
     with _cheap_compiles(cells <= CHEAP_COMPILE_MAX_CELLS):
         return estimator.estimate(
@@ -136,6 +136,39 @@ def _cheap_compiles(enabled: bool) -> Iterator[None]:
         yield
     finally:
         jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def _host_or_compiled_oracle(potentials: Any, total: Any = 1.0, *, constraints: Sequence[Any] = ()) -> Any:
+    """mbi's marginal oracle, on the host when mbi calls it outside a trace.
+
+    mbi calls the oracle eagerly once before and once after the mirror-descent loop; its default
+    oracle is a jitted message passing, so those two calls cost one XLA compile per clique set,
+    i.e. per AIM round. Called eagerly, this oracle calibrates the junction tree in NumPy instead
+    (`calibrate`, the same marginals); inside mbi's compiled loop it is mbi's default oracle.
+    """
+    mbi = require_mbi()
+    leaves = [*jax.tree.leaves(potentials), total]
+    if constraints or any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        oracle = mbi.marginal_oracles.default_oracle(
+            potentials.cliques, potentials.domain, has_constraints=bool(constraints)
+        )
+        return oracle(potentials, total, constraints=constraints)
+    domain = potentials.domain
+    tree, _ = mbi.junction_tree.make_junction_tree(domain, potentials.cliques)
+    logs = {
+        tuple(potentials[c].domain.attributes): np.asarray(potentials[c].values, np.float64)
+        for c in potentials.cliques
+    }
+    beliefs = calibrate(tree, logs, dict(zip(domain.attributes, domain.shape, strict=True)))
+    tables = {}
+    for clique in potentials.cliques:
+        node = min((n for n in beliefs if set(clique) <= set(n)), key=len)
+        kept = [a for a in node if a in clique]
+        summed = beliefs[node].sum(axis=tuple(i for i, a in enumerate(node) if a not in clique))
+        values = float(total) * np.transpose(summed, [kept.index(a) for a in clique])
+        dtype = potentials[clique].values.dtype
+        tables[clique] = mbi.Factor(domain.project(clique), jnp.asarray(values, dtype))
+    return mbi.CliqueVector(domain, potentials.cliques, tables)
 
 
 def merge_repeats(measurements: Sequence[Measurement]) -> list[Measurement]:

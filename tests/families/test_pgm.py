@@ -104,3 +104,25 @@ def test_padded_sampler_keeps_stratified_counts_and_real_categories():
             members = codes[codes[:, 0] == g, 1]
             p = row / row.sum() if row.sum() > 0 else np.full(5, 0.2)
             np.testing.assert_array_less(np.abs(np.bincount(members, minlength=5) - len(members) * p), 2.0)
+
+
+def test_host_oracle_equals_mbi_message_passing():
+    """Outside a trace the estimator's oracle calibrates on the host; it must return what mbi's
+    compiled message passing returns for the same potentials (a cycle, so nodes hold 3
+    attributes, and a total != 1)."""
+    sizes = (3, 4, 2, 5)
+    cliques = [(0, 1), (1, 2), (2, 3), (0, 3)]
+    domain = pgm.mbi_domain(sizes)
+    rng = np.random.default_rng(4)
+    potentials = mbi.CliqueVector(
+        domain,
+        cliques,
+        {
+            c: mbi.Factor(domain.project(c), rng.normal(size=[sizes[a] for a in c]).astype(np.float32))
+            for c in cliques
+        },
+    )
+    host = pgm._host_or_compiled_oracle(potentials, 250.0)
+    compiled = mbi.marginal_oracles.message_passing_hugin(potentials, 250.0)
+    for c in cliques:
+        np.testing.assert_allclose(np.asarray(host[c].values), np.asarray(compiled[c].values), rtol=1e-4)
