@@ -7,7 +7,7 @@ from ../shared/data/private-pgm/ (skipped with a message when absent). Workload 
 normalised marginals of the real and synthetic tables (`jaxdp.evaluate`, key "mean_l1").
 
     python bench/bench_aim.py [--attributes 6|14] [--seeds 0 1 2 3 4] [--epsilon 1] [--out F.jsonl]
-        [--iters 1000] [--final-iters 3000] [--tol 1e-2 | --tol none]
+        [--iters 1000] [--final-iters 3000] [--tol 1e-2 | --tol none] [--compilation-cache DIR]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 import jax
 import numpy as np
 from _common import Recorder, load_average
+from jax import monitoring
 
 import jaxdp
 from jaxdp import evaluate, loop
@@ -53,6 +54,30 @@ def load_adult(attributes: int) -> Dataset | None:
     return Dataset.from_codes(domain, codes[:, columns])
 
 
+class CompileLog:
+    """XLA compiles (count, seconds) while active: compile seconds depend less on the shared
+    CPU's load than wall seconds, and a fresh process pays them all."""
+
+    def __init__(self):
+        self.count, self.seconds, self.active = 0, 0.0, False
+        monitoring.register_event_duration_secs_listener(self._listen)
+
+    def _listen(self, event: str, duration: float, **_: object) -> None:
+        if self.active and event == "/jax/core/compile/backend_compile_duration":
+            self.count += 1
+            self.seconds += duration
+
+    def start(self) -> None:
+        self.count, self.seconds, self.active = 0, 0.0, True
+
+    def stop(self) -> tuple[int, float]:
+        self.active = False
+        return self.count, self.seconds
+
+
+COMPILES = CompileLog()
+
+
 class TimingLog(logging.Handler):
     """Collects AIM's per-round timings from its debug log."""
 
@@ -71,12 +96,15 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
     log = logging.getLogger("jaxdp.mechanisms.aim")
     log.addHandler(handler)
     log.setLevel(logging.DEBUG)
-    start = time.perf_counter()
+    COMPILES.start()
+    start, cpu_start = time.perf_counter(), time.process_time()
     mech = jaxdp.aim(data, workload, epsilon=epsilon, delta=delta, **options)
     result = loop.run(mech, jax.random.key(seed))
     fit_s = time.perf_counter() - start
     codes = np.asarray(loop.release(mech, result.state, jax.random.key(seed)))
     total_s = time.perf_counter() - start
+    cpu_s = time.process_time() - cpu_start
+    compiles, compile_s = COMPILES.stop()
     log.removeHandler(handler)
     synthetic = Dataset.from_codes(data.domain, codes)
     errors = evaluate.workload_errors(data, synthetic, workload)
@@ -100,6 +128,10 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
         "model_mean_l1": model_errors["mean_l1"],
         "run_s": fit_s,
         "total_s": total_s,
+        "cpu_s": cpu_s,  # process CPU seconds of run + release (all threads)
+        "compiles": compiles,  # XLA compiles during run + release, and their seconds
+        "compile_s": compile_s,
+        "compilation_cache": jax.config.jax_compilation_cache_dir,
         "rounds": int(result.state.rounds_done),
         "score_s_per_round_median": float(np.median(score)) if score else None,
         "score_s_per_round_max": float(np.max(score)) if score else None,
@@ -133,7 +165,15 @@ def main() -> None:
         default=1e-2,
         help='early stop; "none" = off',
     )
+    parser.add_argument(
+        "--compilation-cache",
+        default=None,
+        help="JAX persistent compilation cache directory (off by default; results never depend on it)",
+    )
     args = parser.parse_args()
+    if args.compilation_cache:
+        jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     data = load_adult(args.attributes)
     if data is None:
         return

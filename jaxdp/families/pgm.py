@@ -7,18 +7,28 @@ Attributes are named by their index in the categorical domain (0..d-1), so a cli
 tuple of ints in jaxdp's workloads and in mbi.
 
 Marginals of the fitted model (`ModelMarginals`) are exact and computed on the host with NumPy:
-the model is Markov with respect to its junction tree, so p(x) = prod_C mu_C / prod_S mu_S over
-the tree's cliques C and separators S. A marginal inside one clique is a sum of that clique's
-belief; any other marginal is one `einsum` over the beliefs of the smallest subtree covering it,
-each non-root clique entering as the conditional mu_C / mu_{C ∩ parent}. Nothing is compiled per
+the junction tree is calibrated by log-space sum-product over mbi's potentials, and the model is
+Markov with respect to that tree, so p(x) = prod_C mu_C / prod_S mu_S over the tree's cliques C
+and separators S. A marginal inside one clique is a sum of that clique's belief; any other
+marginal is one `einsum` over the beliefs of the smallest subtree covering it, each non-root
+clique entering as the conditional mu_C / mu_{C ∩ parent}. Nothing is compiled per model or per
 queried marginal (the peers' per-candidate XLA compile is what makes their AIM slow).
+
+Compile economy. XLA compilation, not arithmetic, dominates a small AIM run: mbi compiles one
+mirror-descent program per distinct list of measured cliques. `estimate` therefore merges repeated
+measurements of one clique (exactly: see `merge_repeats`) and sorts them, so a repeat costs no new
+program and equal clique sets share one, and it compiles small models with XLA's cheap settings
+(`jax_disable_most_optimizations`), which halve compile time where compiling costs more than
+running. Sampling pads its tables and columns to power-of-two buckets (`padded_length`), so it
+compiles once per bucket rather than once per attribute.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -50,6 +60,12 @@ class Measurement(NamedTuple):
     clique: Clique
     noisy: np.ndarray
     sigma: float
+
+
+def padded_length(n: int) -> int:
+    """The power of two >= n that pads an n-long array, so that shapes (and compiles) come in
+    buckets."""
+    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 def mbi_domain(sizes: Sequence[int]):
@@ -89,14 +105,92 @@ def estimate(
     """
     mbi = require_mbi()
     domain = mbi_domain(sizes)
+    merged = merge_repeats(measurements)
     linear = [
         mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), tuple(m.clique), float(m.sigma))
-        for m in measurements
+        for m in merged
     ]
-    estimator = mbi.estimation.MirrorDescent()
-    return estimator.estimate(
-        domain, linear, known_total=total, iters=iters, warm_start=warm_start, tol=tol, patience=2
-    )
+    estimator = mbi.estimation.MirrorDescent(marginal_oracle=_host_or_compiled_oracle)
+    cells = model_size_mb(sizes, [m.clique for m in merged]) * 2**20 / 8
+    with _cheap_compiles(cells <= CHEAP_COMPILE_MAX_CELLS):
+        return estimator.estimate(
+            domain, linear, known_total=total, iters=iters, warm_start=warm_start, tol=tol, patience=2
+        )
+
+
+# Junction trees up to this many cells are compiled with XLA's optimisations off. Measured on the
+# 2-core CPU (process CPU seconds, ADULT-14 sizes): at 145k cells the compile took 3.8 s instead of
+# 4.7 s and 500 iterations ran as fast (0.9 s vs 1.0 s); at 860k cells compiling saved 1.3 s but
+# 500 iterations took 2.1 s instead of 1.4 s, a loss over AIM's ~1000 iterations per round. The
+# 6-attribute ADULT models (about 10^4 cells) sit far below, where compiling is most of a fit.
+CHEAP_COMPILE_MAX_CELLS = 2**18
+
+
+@contextlib.contextmanager
+def _cheap_compiles(enabled: bool) -> Iterator[None]:
+    """Compile with `jax_disable_most_optimizations` inside the block (a process-wide flag, so it
+    is restored on exit; programs compiled meanwhile stay cached as they were compiled)."""
+    previous = bool(jax.config.read("jax_disable_most_optimizations"))
+    jax.config.update("jax_disable_most_optimizations", enabled or previous)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def _host_or_compiled_oracle(potentials: Any, total: Any = 1.0, *, constraints: Sequence[Any] = ()) -> Any:
+    """mbi's marginal oracle, on the host when mbi calls it outside a trace.
+
+    mbi calls the oracle eagerly once before and once after the mirror-descent loop; its default
+    oracle is a jitted message passing, so those two calls cost one XLA compile per clique set,
+    i.e. per AIM round. Called eagerly, this oracle calibrates the junction tree in NumPy instead
+    (`calibrate`, the same marginals); inside mbi's compiled loop it is mbi's default oracle.
+    """
+    mbi = require_mbi()
+    leaves = [*jax.tree.leaves(potentials), total]
+    if constraints or any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        oracle = mbi.marginal_oracles.default_oracle(
+            potentials.cliques, potentials.domain, has_constraints=bool(constraints)
+        )
+        return oracle(potentials, total, constraints=constraints)
+    domain = potentials.domain
+    tree, _ = mbi.junction_tree.make_junction_tree(domain, potentials.cliques)
+    logs = {
+        tuple(potentials[c].domain.attributes): np.asarray(potentials[c].values, np.float64)
+        for c in potentials.cliques
+    }
+    beliefs = calibrate(tree, logs, dict(zip(domain.attributes, domain.shape, strict=True)))
+    tables = {}
+    for clique in potentials.cliques:
+        node = min((n for n in beliefs if set(clique) <= set(n)), key=len)
+        kept = [a for a in node if a in clique]
+        summed = beliefs[node].sum(axis=tuple(i for i, a in enumerate(node) if a not in clique))
+        values = float(total) * np.transpose(summed, [kept.index(a) for a in clique])
+        dtype = potentials[clique].values.dtype
+        tables[clique] = mbi.Factor(domain.project(clique), jnp.asarray(values, dtype))
+    return mbi.CliqueVector(domain, potentials.cliques, tables)
+
+
+def merge_repeats(measurements: Sequence[Measurement]) -> list[Measurement]:
+    """One measurement per distinct clique, sorted by clique.
+
+    Repeated measurements y_1..y_k of one clique (noise sigma_i) become their inverse-variance
+    average with sigma^-2 = sum_i sigma_i^-2. mbi's loss sum_i ||mu - y_i||^2 / (2 sigma_i^2)
+    equals ||mu - y_bar||^2 / (2 sigma^2) plus a constant, so the fitted model, the gradient's
+    Lipschitz constant and the minimum-variance total are unchanged; only the loss value moves by
+    that constant. The sort makes the clique list (which fixes mbi's compiled program) depend
+    only on the set of cliques measured.
+    """
+    precision: dict[Clique, float] = {}
+    weighted: dict[Clique, np.ndarray] = {}
+    for m in measurements:
+        clique, weight = tuple(m.clique), 1.0 / float(m.sigma) ** 2
+        term = weight * np.asarray(m.noisy, np.float64)
+        weighted[clique] = weighted[clique] + term if clique in weighted else term
+        precision[clique] = precision.get(clique, 0.0) + weight
+    return [
+        Measurement(c, weighted[c] / precision[c], math.sqrt(1.0 / precision[c])) for c in sorted(precision)
+    ]
 
 
 class ModelMarginals:
@@ -111,14 +205,13 @@ class ModelMarginals:
         self.total = float(model.total)
         tree, _ = mbi.junction_tree.make_junction_tree(model.domain, [tuple(c) for c in model.cliques])
         self._tree = tree
-        nodes = list(tree.nodes)
-        potentials = model.potentials.expand(nodes)
-        beliefs = mbi.marginal_oracles.message_passing_stable(potentials, 1.0)
-        self._beliefs: dict[Clique, np.ndarray] = {}
-        for node in nodes:
-            factor = beliefs.project(node)
-            table = np.asarray(factor.datavector(flatten=False), np.float64)
-            self._beliefs[tuple(node)] = np.clip(table, 0.0, None) / max(table.sum(), 1e-300)
+        potentials = {
+            tuple(model.potentials[c].domain.attributes): np.asarray(model.potentials[c].values, np.float64)
+            for c in model.potentials.cliques
+        }
+        self._beliefs = calibrate(
+            tree, potentials, dict(zip(model.domain.attributes, model.domain.shape, strict=True))
+        )
         self._conditionals: dict[tuple[Clique, Clique], np.ndarray] = {}
 
     @property
@@ -205,6 +298,75 @@ class ModelMarginals:
         return plan
 
 
+def calibrate(
+    tree: Any, log_potentials: dict[Clique, np.ndarray], sizes: dict[int, int]
+) -> dict[Clique, np.ndarray]:
+    """Normalised beliefs of every junction-tree node, by log-space sum-product (host NumPy).
+
+    Args:
+        tree: the junction tree (networkx graph over cliques, possibly a forest).
+        log_potentials: log-potential tables, each over a clique contained in some tree node,
+            axes in the clique's attribute order.
+        sizes: attribute -> number of categories.
+
+    Returns:
+        node -> probability table over the node's attributes (axes in node order), summing to 1.
+    """
+    import networkx as nx  # a dependency of mbi
+
+    log_phi = {node: np.zeros([sizes[a] for a in node]) for node in tree.nodes}
+    for clique, table in log_potentials.items():
+        home = min((n for n in tree.nodes if set(clique) <= set(n)), key=len)
+        log_phi[home] = log_phi[home] + _aligned(table, clique, home)
+    messages: dict[tuple[Clique, Clique], np.ndarray] = {}
+
+    def send(source: Clique, target: Clique) -> None:
+        table = log_phi[source]
+        for other in tree.neighbors(source):
+            if other != target:
+                table = table + _aligned(messages[(other, source)], _shared(other, source), source)
+        summed = tuple(i for i, a in enumerate(source) if a not in target)
+        messages[(source, target)] = _logsumexp(table, summed)
+
+    for component in nx.connected_components(tree):
+        root = min(component)
+        edges = list(nx.bfs_edges(tree, root))  # (parent, child), parents first
+        for parent, child in reversed(edges):  # collect towards the root
+            send(child, parent)
+        for parent, child in edges:  # distribute from the root
+            send(parent, child)
+    beliefs = {}
+    for node in tree.nodes:
+        table = log_phi[node]
+        for other in tree.neighbors(node):
+            table = table + _aligned(messages[(other, node)], _shared(other, node), node)
+        table = np.exp(table - _logsumexp(table, tuple(range(table.ndim))))
+        beliefs[tuple(node)] = table / table.sum()
+    return beliefs
+
+
+def _shared(source: Clique, target: Clique) -> Clique:
+    """The separator's attributes, in `source` order (the axes of a message from source)."""
+    return tuple(a for a in source if a in target)
+
+
+def _aligned(table: np.ndarray, attributes: Clique, target: Clique) -> np.ndarray:
+    """`table` over `attributes` (a subset of target) with axes permuted and expanded so it
+    broadcasts against a table over `target`."""
+    order = sorted(range(len(attributes)), key=lambda i: target.index(attributes[i]))
+    shape = [table.shape[attributes.index(a)] if a in attributes else 1 for a in target]
+    return np.transpose(table, order).reshape(shape)
+
+
+def _logsumexp(table: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    if not axes:
+        return table
+    peak = np.max(table, axis=axes, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide="ignore"):  # a slice of all -inf sums to log(0) = -inf
+        return np.log(np.sum(np.exp(table - peak), axis=axes)) + np.squeeze(peak, axis=axes)
+
+
 def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence[int], rows: int) -> Array:
     """(rows, d) int32 records drawn from the model by ancestral, stratified sampling.
 
@@ -212,29 +374,57 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
     junction-tree clique). Within each group of records sharing the parents' values, the records
     are put in random order and record i of m takes the inverse CDF at (i + U_i) / m: every
     record is still marginally a draw from the conditional, but the group's counts match its
-    expected counts to within one per cell (the low-variance "randomised rounding" of
+    expected counts to within two per cell (the low-variance "randomised rounding" of
     Private-PGM, here driven by `fold_in(key, attribute)`).
+
+    Tables are padded to powers of two above their parent groups (plus a spare group) and
+    categories, and the rows to a power of two, so the sampler compiles once per bucket, not per
+    attribute or row count; while the largest padded table is small, every attribute shares its
+    shape (one compile per release). Padded categories have probability 0 and are never chosen;
+    padded rows form a group of their own (the spare last one) and are dropped.
     """
-    columns: dict[int, Array] = {}
+    padded_rows = padded_length(rows)
+    shared = (
+        padded_length(max(joint.shape[0] for _, _, joint in plan) + 1),
+        padded_length(max(joint.shape[1] for _, _, joint in plan)),
+    )
+    columns: dict[int, np.ndarray] = {}
     for a, parents, joint in plan:
-        table = jnp.asarray(joint, jnp.float32)
-        if parents:
-            strides = [math.prod(sizes[p] for p in parents[i + 1 :]) for i in range(len(parents))]
-            index = sum(columns[p] * s for p, s in zip(parents, strides, strict=True))
-        else:
-            index = jnp.zeros(rows, jnp.int32)
-        columns[a] = _stratified(jax.random.fold_in(key, a), table, index)
-    return jnp.stack([columns[a] for a in range(len(sizes))], axis=1).astype(jnp.int32)
+        n_groups, size = joint.shape
+        index = np.zeros(rows, np.int64)
+        for p in parents:
+            index = index * sizes[p] + columns[p]
+        shape = (
+            shared
+            if math.prod(shared) <= _SHARED_TABLE_CELLS
+            else (padded_length(n_groups + 1), padded_length(size))
+        )
+        table = np.zeros(shape, np.float32)
+        table[:n_groups, :size] = joint
+        group = np.full(padded_rows, shape[0] - 1, np.int32)
+        group[:rows] = index
+        drawn = _stratified(
+            jax.random.fold_in(key, a), jnp.asarray(table), jnp.asarray(group), jnp.int32(size)
+        )
+        columns[a] = np.asarray(drawn)[:rows]
+    return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
+
+
+# 16 MB of float32: above it, padding every table to the largest would cost more than compiling
+_SHARED_TABLE_CELLS = 2**22
 
 
 @jax.jit
-def _stratified(key: Key, table: Array, group: Array) -> Array:
+def _stratified(key: Key, table: Array, group: Array, size: Array) -> Array:
     """One column: record i of its group (size m, random order) takes the inverse CDF of its
-    group's row of `table` (unnormalised probabilities) at (rank_i + U_i) / m."""
+    group's row of `table` (unnormalised probabilities over the first `size` categories; empty
+    rows are uniform over them) at (rank_i + U_i) / m."""
     rows = group.shape[0]
-    n_groups, size = table.shape
+    n_groups, width = table.shape
+    real = jnp.arange(width) < size
     totals = table.sum(axis=1, keepdims=True)
-    probs = jnp.where(totals > 0, table / jnp.where(totals > 0, totals, 1.0), 1.0 / size)
+    uniform = jnp.where(real, 1.0 / size, 0.0)
+    probs = jnp.where(totals > 0, table / jnp.where(totals > 0, totals, 1.0), uniform)
     cdf = jnp.cumsum(probs, axis=1)
     order_key, offset_key = jax.random.split(key)
     order = jnp.lexsort((jax.random.uniform(order_key, (rows,)), group))
@@ -243,5 +433,6 @@ def _stratified(key: Key, table: Array, group: Array) -> Array:
     starts = jnp.cumsum(counts) - counts
     rank = jnp.arange(rows) - starts[sorted_group]
     u = (rank + jax.random.uniform(offset_key, (rows,))) / counts[sorted_group]
+    # rounding can leave the last real category's cdf below u: clamp, never a padded category
     choice = jnp.minimum(jnp.sum(cdf[sorted_group] <= u[:, None], axis=1), size - 1)
     return jnp.zeros(rows, jnp.int32).at[order].set(choice.astype(jnp.int32))

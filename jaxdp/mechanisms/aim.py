@@ -116,6 +116,12 @@ _counts = jax.jit(marginal_counts, static_argnums=1)
 
 
 @jax.jit
+def _padded_gather(answers: Array, index: Array, count: Array) -> Array:
+    """answers[index], with every position >= count set to 0 (a public constant)."""
+    return jnp.where(jnp.arange(index.shape[0]) < count, answers[index], 0.0)
+
+
+@jax.jit
 def _candidate_l1(true_counts: Array, model_counts: Array, segments: Array, template: Array) -> Array:
     """(n_candidates,) ||M_r(D) - M_r(p_hat)||_1; `template` only carries the output length."""
     return jax.ops.segment_sum(
@@ -210,9 +216,26 @@ class AIM:
             last_model_counts=np.zeros(self.workload.n_queries, np.float32),
         )
 
-    def _slice(self, i: int) -> Sensitive:
-        start, cells = self.candidates.offsets[i], self.candidates.cells[i]
-        return self.answers.map(lambda a: a[start : start + cells])
+    def _measure(
+        self, key: Key, index: np.ndarray, *, sigma: float, sensitivity: float
+    ) -> tuple[np.ndarray, Charge]:
+        """Gaussian measurement of the true counts at `index` (host, float64), with its Charge.
+
+        The answers are gathered into a vector padded with zeros to a power-of-two length, noise
+        is added to all of it and the padding dropped: one compiled program per length bucket,
+        not per marginal shape. This is sound because the padding is a public constant (zeros
+        whatever the data), so the padded vector has the same L2 sensitivity as the answers and
+        each kept coordinate still receives its own iid N(0, sigma^2); the dropped coordinates
+        are discarded unseen (and would be safe to release anyway). The Charge is unchanged.
+        """
+        length = pgm.padded_length(len(index))
+        padded_index = np.zeros(length, np.int32)
+        padded_index[: len(index)] = index
+        answers = self.answers.map(_padded_gather, jnp.asarray(padded_index), jnp.int32(len(index)))
+        noisy, charge = noise.gaussian(
+            stream_key(key, Stream.MEASURE), answers, sigma=sigma, sensitivity=sensitivity
+        )
+        return np.asarray(noisy, np.float64)[: len(index)], charge
 
     def _known_total(self) -> float | None:
         return float(self.n_records) if self.relation is Neighboring.REPLACE_ONE else None
@@ -239,11 +262,8 @@ class AIM:
         ones = self._one_way()
         sensitivity = math.sqrt(len(ones)) * self.l2_sensitivity
         sigma = float32_ceil(state.sigma)
-        answers = self.answers.map(lambda a: jnp.concatenate([a[self._span(i)] for i in ones]))
-        noisy, charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE), answers, sigma=sigma, sensitivity=sensitivity
-        )
-        noisy = np.asarray(noisy, np.float64)
+        index = np.concatenate([np.arange(self._span(i).start, self._span(i).stop) for i in ones])
+        noisy, charge = self._measure(key, index, sigma=sigma, sensitivity=sensitivity)
         bounds = np.cumsum([0] + [self.candidates.cells[i] for i in ones])
         measurements = tuple(
             pgm.Measurement(self.candidates.cliques[i], noisy[bounds[j] : bounds[j + 1]], sigma)
@@ -324,13 +344,10 @@ class AIM:
 
         clique = self.candidates.cliques[choice]
         sigma_used = gaussian_sigma(self.l2_sensitivity, rho_measure)
-        noisy, measure_charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE),
-            self._slice(choice),
-            sigma=sigma_used,
-            sensitivity=self.l2_sensitivity,
+        span = self._span(choice)
+        noisy, measure_charge = self._measure(
+            key, np.arange(span.start, span.stop), sigma=sigma_used, sensitivity=self.l2_sensitivity
         )
-        noisy = np.asarray(noisy, np.float64)
         before = model_counts[self._span(choice)].astype(np.float64)
         measurements = (*state.measurements, pgm.Measurement(clique, noisy, sigma_used))
         started = time.perf_counter()

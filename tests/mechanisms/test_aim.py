@@ -248,3 +248,22 @@ def test_cli_writes_records_and_per_marginal_error_bounds(tmp_path):
     bounds = report["error_bounds"]
     assert bounds["confidence"] == 0.9 and len(bounds["marginals"]) == 6
     assert all(m["l1_bound"] > 0 for m in bounds["marginals"])
+
+
+def test_padded_measurement_adds_iid_gaussian_noise_to_the_kept_answers():
+    """`_measure` pads the gathered answers to a power of two: the kept coordinates must still be
+    the true counts plus iid N(0, sigma^2). KS test of the pooled standardised residuals
+    (false-failure rate 1e-4); negative control: the same residuals scaled by 1.3 are rejected."""
+    from scipy import stats
+
+    mech = _aim()
+    answers = np.asarray(mech.answers._value, np.float64)
+    index = np.concatenate([np.arange(3, 40), np.arange(50, 61)])  # 48 answers, padded to 64
+    residuals = []
+    for seed in range(40):
+        noisy, charge = mech._measure(jax.random.key(seed), index, sigma=2.0, sensitivity=1.0)
+        assert noisy.shape == index.shape and float(charge.scale) == 2.0
+        residuals.append((noisy - answers[index]) / 2.0)
+    residuals = np.concatenate(residuals)
+    assert stats.kstest(residuals, "norm").pvalue > 1e-4
+    assert stats.kstest(1.3 * residuals, "norm").pvalue < 1e-4
