@@ -162,3 +162,53 @@ def test_bad_arguments_are_refused():
         jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, learning_rate=-1.0)
     with pytest.raises(ValueError, match="iters"):
         jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, iters=0)
+
+
+def _selection_counts(mech, model_counts, sigma, rho_select, scale_factor, runs):
+    """How often each candidate is picked by the shared `_select` in `runs` independent draws;
+    `scale_factor` != 1 patches the Gumbel scale (a negative control)."""
+    mask = np.ones(len(mech.candidates), bool)
+    picks = np.zeros(len(mech.candidates), np.int64)
+    keys = jax.random.split(jax.random.key(123), runs)
+    original = _aim_selection.gumbel_scale
+    try:
+        _aim_selection.gumbel_scale = lambda d, r: scale_factor * original(d, r)
+        for key in keys:
+            picks[mech._select(key, model_counts, mask, sigma, rho_select)[0]] += 1
+    finally:
+        _aim_selection.gumbel_scale = original
+    delta_t = mech.l1_sensitivity * max(mech.weights)
+    return picks, original(delta_t, rho_select)
+
+
+def test_selection_follows_the_exponential_mechanism():
+    """The shared selection draws r with probability exp(q_r / scale) / Z (q_r from the
+    brute-force-checked `quality_scores`, scale = 2 Delta_t / epsilon_t): chi-square over 1000
+    draws, false-failure rate 1e-3. Negative control: a halved Gumbel scale is rejected."""
+    from scipy import stats
+
+    data = tiny_dataset()
+    mech = _aim_gem(data)
+    true = np.asarray(marginal_counts(data.codes, mech.candidates), np.float64)
+    model = np.full_like(true, len(data)) / np.repeat(mech.candidates.cells, mech.candidates.cells)
+    sigma = 5.0
+    scores = np.asarray(_aim_selection.quality_scores(true, model, mech.candidates, mech.weights, sigma))
+
+    def pvalue(picks, scale):
+        logits = scores / scale
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        keep = probs * picks.sum() >= 5  # pool the rare candidates into one cell
+        observed = np.append(picks[keep], picks[~keep].sum())
+        expected = np.append(probs[keep], probs[~keep].sum()) * picks.sum()
+        observed, expected = observed[expected > 0], expected[expected > 0]
+        return stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue
+
+    # epsilon_t with a Gumbel scale of a third of the scores' range: several candidates compete
+    epsilon = 2.0 * mech.l1_sensitivity * max(mech.weights) / (np.ptp(scores) / 3.0)
+    rho_select = epsilon**2 / 8.0
+    picks, scale = _selection_counts(mech, model, sigma, rho_select, 1.0, 1000)
+    assert (picks >= 20).sum() >= 3, "the scale leaves the test no power: one candidate always wins"
+    assert pvalue(picks, scale) > 1e-3
+    broken, _ = _selection_counts(mech, model, sigma, rho_select, 0.5, 1000)
+    assert pvalue(broken, scale) < 1e-3
