@@ -31,6 +31,7 @@ from jaxdp.evaluate import answer_errors, fractions, workload_errors
 from jaxdp.keys import require_key
 from jaxdp.mechanisms import (
     aim,
+    aim_gem,
     dualquery,
     fem,
     gaussian,
@@ -101,6 +102,13 @@ def _aim(data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None
     return aim(data, workload, **options)
 
 
+def _aim_gem(data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options):
+    """AIM's selection and filter with GEM's generator: `rounds` caps the rounds (its T)."""
+    if rounds is not None:
+        options["max_rounds"] = rounds
+    return aim_gem(data, workload, **options)
+
+
 def _aim_error_bounds(mechanism, state, synthetic: Dataset, confidence: float, domain: Domain) -> dict:
     """AIM's per-marginal L1 error bounds of the released records (post-processing: publishable)."""
     if isinstance(confidence, bool) or not isinstance(confidence, float | int) or not 0.0 < confidence < 1.0:
@@ -158,6 +166,7 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "fem": MechanismSpec(fem, rounds=200),
     "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False),
     "rap++": MechanismSpec(_rap_plus_plus, own_workload=True),
+    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False),
 }
 # Works on any categorical domain with no dense histogram and no extra dependency, in about a
 # minute on ADULT; AIM is more accurate on small domains but needs the `pgm` extra and is slower.

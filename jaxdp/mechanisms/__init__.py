@@ -3,6 +3,7 @@
 from jaxdp.mechanisms._histogram import AdaptiveHistogram
 from jaxdp.mechanisms._relaxed import RelaxedAdaptive
 from jaxdp.mechanisms.aim import AIM, aim
+from jaxdp.mechanisms.aim_gem import AimGem, aim_gem
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import Gaussian, GaussianState, gaussian
@@ -16,6 +17,7 @@ from jaxdp.mechanisms.rap_plus import RapPlusPlus, rap_plus_plus
 __all__ = [
     "AIM",
     "AdaptiveHistogram",
+    "AimGem",
     "Gaussian",
     "GaussianState",
     "Independent",
@@ -23,6 +25,7 @@ __all__ = [
     "RapPlusPlus",
     "RelaxedAdaptive",
     "aim",
+    "aim_gem",
     "dualquery",
     "fem",
     "gaussian",

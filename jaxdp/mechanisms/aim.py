@@ -31,52 +31,23 @@ import math
 import time
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks, noise
-from jaxdp.accounting import Plan, PlannedCharge, charge_rho, float32_ceil, gaussian_sigma, gumbel_scale
-from jaxdp.domain import DataError, Dataset
+from jaxdp import _checks
+from jaxdp.accounting import Plan, gaussian_sigma
+from jaxdp.domain import Dataset
 from jaxdp.families import pgm
-from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import (
-    RoundInfo,
-    as_relation,
-    make_plan,
-    private_codes,
-    require_categorical,
-)
-from jaxdp.queries import (
-    MarginalWorkload,
-    aim_weights,
-    downward_closure,
-    marginal_counts,
-    marginal_sensitivity,
-)
-from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
+from jaxdp.keys import require_key
+from jaxdp.mechanisms._aim_selection import SQRT_2_OVER_PI as _SQRT_2_OVER_PI
+from jaxdp.mechanisms._aim_selection import AnnealedSelection, RoundRecord, selection_settings
+from jaxdp.mechanisms._aim_selection import counts as _counts
+from jaxdp.mechanisms._aim_selection import idle as _idle
+from jaxdp.mechanisms._common import RoundInfo, as_relation, make_plan
+from jaxdp.queries import MarginalWorkload
+from jaxdp.types import Array, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 logger = logging.getLogger(__name__)
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_GAUSSIAN = noise.PRIMITIVES.index("gaussian")
-_EXPONENTIAL = noise.PRIMITIVES.index("exponential")
-
-
-class RoundRecord(NamedTuple):
-    """What round t of AIM released about its selection (all public).
-
-    selected: candidate index r_t; sigma, epsilon: the round's noise scale and selection epsilon;
-    score_sensitivity: Delta_t = max_{r in C_t} w_r (times the relation's L1 sensitivity);
-    n_eligible: |C_t|; selected_error: ||M_{r_t}(p_hat_{t-1}) - y_t||_1 (counts).
-    """
-
-    selected: int
-    sigma: float
-    epsilon: float
-    score_sensitivity: float
-    n_eligible: int
-    selected_error: float
 
 
 class AIMState(NamedTuple):
@@ -112,25 +83,8 @@ class ErrorBounds(NamedTuple):
     confidence: float
 
 
-_counts = jax.jit(marginal_counts, static_argnums=1)
-
-
-@jax.jit
-def _padded_gather(answers: Array, index: Array, count: Array) -> Array:
-    """answers[index], with every position >= count set to 0 (a public constant)."""
-    return jnp.where(jnp.arange(index.shape[0]) < count, answers[index], 0.0)
-
-
-@jax.jit
-def _candidate_l1(true_counts: Array, model_counts: Array, segments: Array, template: Array) -> Array:
-    """(n_candidates,) ||M_r(D) - M_r(p_hat)||_1; `template` only carries the output length."""
-    return jax.ops.segment_sum(
-        jnp.abs(true_counts - model_counts), segments, num_segments=template.shape[0], indices_are_sorted=True
-    )
-
-
 @pytree_dataclass
-class AIM:
+class AIM(AnnealedSelection):
     """AIM with Private-PGM (see the module docstring).
 
     Privacy:
@@ -164,44 +118,11 @@ class AIM:
 
     jittable = False
 
-    # -- plan helpers (host maths on public quantities) ----------------------------------------
-
-    @property
-    def max_rounds(self) -> int:
-        """T: the paper's 16 d, the count the initial sigma and epsilon are calibrated for."""
-        return self.rounds - 1
-
-    def _one_way(self) -> list[int]:
-        return [i for i, c in enumerate(self.candidates.cliques) if len(c) == 1]
-
-    def _round_cost(self, sigma: float, epsilon: float) -> float:
-        return self.l2_sensitivity**2 / (2.0 * sigma**2) + epsilon**2 / 8.0
-
-    def _final_parameters(self, remaining: float) -> tuple[float, float]:
-        """(sigma, epsilon) that spend `remaining` (split alpha to measure, 1 - alpha to select)."""
-        sigma = self.l2_sensitivity / math.sqrt(2.0 * self.alpha * remaining)
-        epsilon = math.sqrt(8.0 * (1.0 - self.alpha) * remaining)
-        return sigma, epsilon
-
-    def finished(self, state: AIMState) -> bool:
-        """True once the filter has spent the budget (the loop stops calling `step`)."""
-        return bool(state.done)
-
-    def realised_plan(self, state: AIMState) -> Plan:
-        """The plan the filter followed: one charge per primitive invoked, within the budget."""
-        plan = Plan(self.plan.rho_budget, self.plan.epsilon, self.plan.delta, self.plan.conversion)
-        for i, (code, sensitivity, scale) in enumerate(state.charges):
-            primitive = noise.PRIMITIVES[code]
-            label = "measure 1-way marginals" if i == 0 else f"{primitive} (round {(i + 1) // 2})"
-            plan = plan.with_charge(PlannedCharge(label, primitive, sensitivity, scale))
-        return plan.check()
-
     # -- init / step / release ----------------------------------------------------------------
 
     def init(self, key: Key) -> AIMState:
         require_key(key)
-        sigma0 = self.l2_sensitivity * math.sqrt(self.max_rounds / (2.0 * self.alpha * self.plan.rho_budget))
-        epsilon0 = math.sqrt(8.0 * (1.0 - self.alpha) * self.plan.rho_budget / self.max_rounds)
+        sigma0, epsilon0 = self._initial_parameters()
         return AIMState(
             measurements=(),
             model=None,
@@ -215,27 +136,6 @@ class AIM:
             last_round=np.full(len(self.workload), -1, np.int32),
             last_model_counts=np.zeros(self.workload.n_queries, np.float32),
         )
-
-    def _measure(
-        self, key: Key, index: np.ndarray, *, sigma: float, sensitivity: float
-    ) -> tuple[np.ndarray, Charge]:
-        """Gaussian measurement of the true counts at `index` (host, float64), with its Charge.
-
-        The answers are gathered into a vector padded with zeros to a power-of-two length, noise
-        is added to all of it and the padding dropped: one compiled program per length bucket,
-        not per marginal shape. This is sound because the padding is a public constant (zeros
-        whatever the data), so the padded vector has the same L2 sensitivity as the answers and
-        each kept coordinate still receives its own iid N(0, sigma^2); the dropped coordinates
-        are discarded unseen (and would be safe to release anyway). The Charge is unchanged.
-        """
-        length = pgm.padded_length(len(index))
-        padded_index = np.zeros(length, np.int32)
-        padded_index[: len(index)] = index
-        answers = self.answers.map(_padded_gather, jnp.asarray(padded_index), jnp.int32(len(index)))
-        noisy, charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE), answers, sigma=sigma, sensitivity=sensitivity
-        )
-        return np.asarray(noisy, np.float64)[: len(index)], charge
 
     def _known_total(self) -> float | None:
         return float(self.n_records) if self.relation is Neighboring.REPLACE_ONE else None
@@ -260,29 +160,22 @@ class AIM:
 
     def _initialise(self, state: AIMState, key: Key) -> tuple[AIMState, RoundInfo]:
         ones = self._one_way()
-        sensitivity = math.sqrt(len(ones)) * self.l2_sensitivity
-        sigma = float32_ceil(state.sigma)
-        index = np.concatenate([np.arange(self._span(i).start, self._span(i).stop) for i in ones])
-        noisy, charge = self._measure(key, index, sigma=sigma, sensitivity=sensitivity)
+        noisy, charge, charged, spent = self._measure_one_way(key, state.sigma)
+        sigma = charged[2]
         bounds = np.cumsum([0] + [self.candidates.cells[i] for i in ones])
         measurements = tuple(
             pgm.Measurement(self.candidates.cliques[i], noisy[bounds[j] : bounds[j + 1]], sigma)
             for j, i in enumerate(ones)
         )
         model = self._fit(measurements, None, self.iters)
-        spent = charge_rho("gaussian", sensitivity, sigma)
         new = state._replace(
             measurements=measurements,
             model=model,
             rho_spent=spent,
             rounds_done=1,
-            charges=((_GAUSSIAN, sensitivity, sigma),),
+            charges=(charged,),
         )
         return self._anneal_or_finish(new, changed=True), RoundInfo(charges=(_idle("exponential"), charge))
-
-    def _span(self, i: int) -> slice:
-        start = self.candidates.offsets[i]
-        return slice(start, start + self.candidates.cells[i])
 
     def eligible(self, state: AIMState, rho_used: float) -> np.ndarray:
         """(n_candidates,) bool: candidates whose model stays under the size the budget allows."""
@@ -305,12 +198,7 @@ class AIM:
 
     def _adaptive_round(self, state: AIMState, key: Key) -> tuple[AIMState, RoundInfo]:
         t = state.rounds_done
-        final = state.epsilon is None
-        sigma, epsilon = state.sigma, state.epsilon
-        if final:  # the filter's last round: spend exactly what is left
-            sigma, epsilon = self._final_parameters(self.plan.rho_budget - state.rho_spent)
-        rho_select = epsilon**2 / 8.0
-        rho_measure = self.l2_sensitivity**2 / (2.0 * sigma**2)
+        sigma, epsilon, rho_select, rho_measure, final = self._round_parameters(state)
         rho_used = state.rho_spent + rho_select + rho_measure
 
         started = time.perf_counter()
@@ -320,34 +208,12 @@ class AIM:
         filter_s = time.perf_counter() - started
         started = time.perf_counter()
         model_counts = self.model_counts(state.model, mask)
-        weights = np.asarray(self.weights)
-        cells = np.asarray(self.candidates.cells, np.float64)
-        delta_t = self.l1_sensitivity * float(weights[mask].max())
-        penalty = _SQRT_2_OVER_PI * sigma * cells
-        segments = jnp.asarray(self.candidates.marginal_of_query())
-        template = jnp.zeros(len(self.candidates), jnp.float32)
-        scores = self.answers.map(
-            lambda a: (
-                jnp.asarray(weights, jnp.float32)
-                * (
-                    _candidate_l1(a, jnp.asarray(model_counts), segments, template)
-                    - jnp.asarray(penalty, jnp.float32)
-                )
-            )
-        )
-        scale = gumbel_scale(delta_t, rho_select)
-        choice, select_charge = noise.exponential(
-            stream_key(key, Stream.SELECT), scores, scale=scale, sensitivity=delta_t, mask=jnp.asarray(mask)
-        )
-        choice = int(choice)
+        choice, select_charge, delta_t, scale = self._select(key, model_counts, mask, sigma, rho_select)
         score_s = time.perf_counter() - started
 
         clique = self.candidates.cliques[choice]
         sigma_used = gaussian_sigma(self.l2_sensitivity, rho_measure)
-        span = self._span(choice)
-        noisy, measure_charge = self._measure(
-            key, np.arange(span.start, span.stop), sigma=sigma_used, sensitivity=self.l2_sensitivity
-        )
+        noisy, measure_charge = self._measure_marginal(key, choice, sigma_used)
         before = model_counts[self._span(choice)].astype(np.float64)
         measurements = (*state.measurements, pgm.Measurement(clique, noisy, sigma_used))
         started = time.perf_counter()
@@ -383,11 +249,7 @@ class AIM:
                 w_start = self.workload.offsets[j]
                 last_model_counts[w_start : w_start + self.workload.cells[j]] = model_counts[self._span(i)]
 
-        spent = (
-            state.rho_spent
-            + charge_rho("exponential", delta_t, scale)
-            + charge_rho("gaussian", self.l2_sensitivity, sigma_used)
-        )
+        spent, charges = self._round_accounts(state, delta_t, scale, sigma_used)
         record = RoundRecord(
             selected=choice,
             sigma=sigma_used,
@@ -404,35 +266,18 @@ class AIM:
             rho_spent=spent,
             rounds_done=t + 1,
             done=last,
-            charges=(
-                *state.charges,
-                (_EXPONENTIAL, delta_t, scale),
-                (_GAUSSIAN, self.l2_sensitivity, sigma_used),
-            ),
+            charges=charges,
             records=(*state.records, record),
             last_round=last_round,
             last_model_counts=last_model_counts,
         )
         if not last:
-            changed = float(np.abs(after_counts - before).sum()) > _SQRT_2_OVER_PI * sigma * len(noisy)
-            new = self._anneal_or_finish(new, changed=changed)
+            new = self._anneal_or_finish(new, changed=self._learned(after_counts, before, sigma))
         return new, RoundInfo(charges=(select_charge, measure_charge))
 
     @property
     def _candidate_index(self) -> dict[tuple[int, ...], int]:
         return {c: i for i, c in enumerate(self.candidates.cliques)}
-
-    def _anneal_or_finish(self, state: AIMState, *, changed: bool) -> AIMState:
-        """Algorithm 4: halve sigma and double epsilon when the last measurement taught the model
-        little; switch to the final round when the rest cannot pay for two more rounds (or the
-        next round is the last the loop allows). epsilon=None marks the final round."""
-        sigma, epsilon = state.sigma, state.epsilon
-        if not changed:
-            sigma, epsilon = sigma / 2.0, epsilon * 2.0
-        remaining = self.plan.rho_budget - state.rho_spent
-        if remaining <= 2.0 * self._round_cost(sigma, epsilon) or state.rounds_done + 1 >= self.rounds:
-            return state._replace(sigma=sigma, epsilon=None)
-        return state._replace(sigma=sigma, epsilon=epsilon)
 
     def default_rows(self, state: AIMState) -> int:
         """n under replace-one (public); under add/remove the model's estimated total."""
@@ -552,16 +397,6 @@ def _marginals_of(model: Any) -> pgm.ModelMarginals:
     return _last_marginals[1]
 
 
-def _idle(primitive: str) -> Charge:
-    """A charge with count 0: the primitive did not run (the ledger skips it)."""
-    return Charge(
-        primitive=jnp.asarray(noise.PRIMITIVES.index(primitive), jnp.int32),
-        sensitivity=jnp.asarray(1.0, jnp.float32),
-        scale=jnp.asarray(1.0, jnp.float32),
-        count=jnp.asarray(0, jnp.int32),
-    )
-
-
 def aim(
     data: Dataset,
     workload: MarginalWorkload,
@@ -606,47 +441,28 @@ def aim(
     pgm.require_mbi()
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
-    require_categorical(data, "aim")
-    if workload.sizes != data.domain.sizes:
-        raise DataError("workload was built for a different domain than the data's")
-    d = len(data.domain.sizes)
-    max_rounds = 16 * d if max_rounds is None else _checks.positive_int(max_rounds, "max_rounds")
-    alpha = _checks.fraction(alpha, "alpha")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    settings = selection_settings(
+        data, workload, name="aim", relation=relation, max_rounds=max_rounds, alpha=alpha
+    )
     _checks.positive_finite(max_model_size, "max_model_size")
     iters = _checks.positive_int(iters, "iters")
     final_iters = _checks.positive_int(final_iters, "final_iters")
     if tol is not None:
         tol = _checks.positive_finite(tol, "tol")
-    candidates = downward_closure(workload)
-    one_way = sum(len(c) == 1 for c in candidates.cliques)
-    if max_rounds < one_way:
-        # Theorem 1 needs T >= d: the initial 1-way measurements cost alpha rho d1 / T <= rho.
-        raise ValueError(
-            f"max_rounds must be >= {one_way} (the attributes in the workload), got {max_rounds}"
-        )
-    weights = tuple(float(w) for w in aim_weights(workload, candidates))
-    n = len(data)
-    # Work in counts under both relations (n is public under replace-one, so counts and fractions
-    # carry the same information): the sensitivities are n times the fraction ones.
-    l1, l2 = marginal_sensitivity(relation, n)
-    scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n)
-    answers = private_codes(data).map(_counts, candidates)
     return AIM(
-        answers=answers,
+        answers=settings.answers,
         workload=workload,
-        candidates=candidates,
-        weights=weights,
+        candidates=settings.candidates,
+        weights=settings.weights,
         relation=relation,
-        n_records=n,
+        n_records=len(data),
         plan=plan,
-        rounds=max_rounds + 1,
-        alpha=alpha,
+        rounds=settings.rounds,
+        alpha=settings.alpha,
         max_model_size=float(max_model_size),
         iters=iters,
         final_iters=final_iters,
         tol=tol,
-        l1_sensitivity=l1 * scale,
-        l2_sensitivity=l2 * scale,
+        l1_sensitivity=settings.l1_sensitivity,
+        l2_sensitivity=settings.l2_sensitivity,
     )

@@ -55,6 +55,17 @@ FACTORIES = {
     ),
     "gem": lambda data, **kw: jaxdp.gem(data, _two_way(data), rounds=3, **SMALL_GENERATOR, **kw),
     "aim": lambda data, **kw: jaxdp.aim(data, _two_way(data), max_rounds=4, iters=20, final_iters=20, **kw),
+    "aim-gem": lambda data, **kw: jaxdp.aim_gem(
+        data,
+        _two_way(data),
+        max_rounds=4,
+        iters=5,
+        final_iters=5,
+        batch=64,
+        hidden=(32, 32),
+        latent_dim=8,
+        **kw,
+    ),
     "rap++": lambda data, **kw: jaxdp.rap_plus_plus(
         data, _two_way(data), rounds=3, marginals_per_round=2, n_rows=50, max_stage_steps=20, **kw
     ),

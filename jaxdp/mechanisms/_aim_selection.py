@@ -1,0 +1,311 @@
+"""AIM's selection rule and privacy filter (McKenna et al., VLDB 2022, Algorithms 2-4), shared by
+every mechanism that selects the AIM way whatever model it fits: `AIM` (a Private-PGM graphical
+model) and `AimGem` (a GEM generator).
+
+What is shared, and the same in both:
+- candidates: the downward closure W+ of the workload, weights w_r = sum_s c_s |r ∩ s|;
+- round 0 (Algorithm 3): one Gaussian measurement of every 1-way candidate marginal;
+- round t: quality score q_r = w_r (||M_r(D) - M_r(model)||_1 - sqrt(2/pi) sigma_t n_r) with
+  sensitivity Delta_t = L1 * max_{r in C_t} w_r, exponential mechanism at epsilon_t;
+- budget annealing (Algorithm 4): sigma halves and epsilon doubles when the last measurement moved
+  the model's answer on the selected marginal by at most its expected noise sqrt(2/pi) sigma n_r;
+- the privacy filter (Theorem 1): when what is left cannot pay two more rounds, the next round
+  spends exactly the rest and is the last.
+
+The host class `AnnealedSelection` holds these as methods; a mechanism mixes it in and supplies
+the model side (`model counts` of every candidate, how it fits measurements, C_t's mask).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp import _checks, noise
+from jaxdp.accounting import Plan, PlannedCharge, charge_rho, float32_ceil, gumbel_scale
+from jaxdp.domain import DataError, Dataset
+from jaxdp.families.pgm import padded_length
+from jaxdp.keys import Stream, stream_key
+from jaxdp.mechanisms._common import private_codes, require_categorical
+from jaxdp.queries import (
+    MarginalWorkload,
+    aim_weights,
+    downward_closure,
+    marginal_counts,
+    marginal_sensitivity,
+)
+from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+GAUSSIAN = noise.PRIMITIVES.index("gaussian")
+EXPONENTIAL = noise.PRIMITIVES.index("exponential")
+
+counts = jax.jit(marginal_counts, static_argnums=1)
+
+
+class RoundRecord(NamedTuple):
+    """What round t of AIM released about its selection (all public).
+
+    selected: candidate index r_t; sigma, epsilon: the round's noise scale and selection epsilon;
+    score_sensitivity: Delta_t = max_{r in C_t} w_r (times the relation's L1 sensitivity);
+    n_eligible: |C_t|; selected_error: ||M_{r_t}(p_hat_{t-1}) - y_t||_1 (counts).
+    """
+
+    selected: int
+    sigma: float
+    epsilon: float
+    score_sensitivity: float
+    n_eligible: int
+    selected_error: float
+
+
+class SelectionSettings(NamedTuple):
+    """What an AIM-style factory fixes before anything runs (all public)."""
+
+    answers: Sensitive  # true counts of every candidate marginal, concatenated
+    candidates: MarginalWorkload
+    weights: tuple[float, ...]
+    rounds: int  # T + 1: round 0 measures the 1-way marginals
+    alpha: float
+    l1_sensitivity: float
+    l2_sensitivity: float
+
+
+def selection_settings(
+    data: Dataset,
+    workload: MarginalWorkload,
+    *,
+    name: str,
+    relation: Neighboring,
+    max_rounds: int | None,
+    alpha: float,
+) -> SelectionSettings:
+    """Validate and fix the selection side of an AIM-style mechanism named `name`.
+
+    Counts under both relations (n is public under replace-one, so counts and fractions carry the
+    same information): the sensitivities are n times the fraction ones there.
+
+    Raises:
+        ValueError: alpha outside (0, 1), max_rounds below the workload's attribute count;
+        DataError: numeric columns or a workload over another domain.
+    """
+    require_categorical(data, name)
+    if workload.sizes != data.domain.sizes:
+        raise DataError("workload was built for a different domain than the data's")
+    d = len(data.domain.sizes)
+    max_rounds = 16 * d if max_rounds is None else _checks.positive_int(max_rounds, "max_rounds")
+    alpha = _checks.fraction(alpha, "alpha")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    candidates = downward_closure(workload)
+    one_way = sum(len(c) == 1 for c in candidates.cliques)
+    if max_rounds < one_way:
+        # Theorem 1 needs T >= d: the initial 1-way measurements cost alpha rho d1 / T <= rho.
+        raise ValueError(
+            f"max_rounds must be >= {one_way} (the attributes in the workload), got {max_rounds}"
+        )
+    n = len(data)
+    l1, l2 = marginal_sensitivity(relation, n)
+    scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n)
+    return SelectionSettings(
+        answers=private_codes(data).map(counts, candidates),
+        candidates=candidates,
+        weights=tuple(float(w) for w in aim_weights(workload, candidates)),
+        rounds=max_rounds + 1,
+        alpha=alpha,
+        l1_sensitivity=l1 * scale,
+        l2_sensitivity=l2 * scale,
+    )
+
+
+@jax.jit
+def _padded_gather(answers: Array, index: Array, count: Array) -> Array:
+    """answers[index], with every position >= count set to 0 (a public constant)."""
+    return jnp.where(jnp.arange(index.shape[0]) < count, answers[index], 0.0)
+
+
+@jax.jit
+def _candidate_l1(true_counts: Array, model_counts: Array, segments: Array, template: Array) -> Array:
+    """(n_candidates,) ||M_r(D) - M_r(p_hat)||_1; `template` only carries the output length."""
+    return jax.ops.segment_sum(
+        jnp.abs(true_counts - model_counts), segments, num_segments=template.shape[0], indices_are_sorted=True
+    )
+
+
+def quality_scores(
+    true_counts: Array, model_counts: Array, candidates: MarginalWorkload, weights: Array, sigma: float
+) -> Array:
+    """(n_candidates,) AIM's q_r = w_r (||M_r(D) - M_r(model)||_1 - sqrt(2/pi) sigma n_r).
+
+    Args:
+        true_counts, model_counts: (candidates.n_queries,) counts of every candidate cell.
+        weights: (n_candidates,) w_r; sigma: the round's measurement noise scale.
+    """
+    segments = jnp.asarray(candidates.marginal_of_query())
+    template = jnp.zeros(len(candidates), jnp.float32)
+    penalty = SQRT_2_OVER_PI * sigma * np.asarray(candidates.cells, np.float64)
+    l1 = _candidate_l1(true_counts, jnp.asarray(model_counts), segments, template)
+    return jnp.asarray(weights, jnp.float32) * (l1 - jnp.asarray(penalty, jnp.float32))
+
+
+class AnnealedSelection:
+    """AIM's selection, annealing and filter as host methods (see the module docstring).
+
+    The mechanism that mixes this in has the fields of `SelectionSettings` plus `plan`, and a
+    state with sigma, epsilon (None: the filter's final round comes next), rho_spent,
+    rounds_done, done and charges ((primitive code, sensitivity, scale) of every primitive
+    invoked, in order: the realised plan).
+    """
+
+    @property
+    def max_rounds(self) -> int:
+        """T: the paper's 16 d, the count the initial sigma and epsilon are calibrated for."""
+        return self.rounds - 1
+
+    def _one_way(self) -> list[int]:
+        return [i for i, c in enumerate(self.candidates.cliques) if len(c) == 1]
+
+    def _span(self, i: int) -> slice:
+        start = self.candidates.offsets[i]
+        return slice(start, start + self.candidates.cells[i])
+
+    def _measure(
+        self, key: Key, index: np.ndarray, *, sigma: float, sensitivity: float
+    ) -> tuple[np.ndarray, Charge]:
+        """Gaussian measurement of the true counts at `index` (host, float64), with its Charge.
+
+        The answers are gathered into a vector padded with zeros to a power-of-two length, noise
+        is added to all of it and the padding dropped: one compiled program per length bucket,
+        not per marginal shape. This is sound because the padding is a public constant (zeros
+        whatever the data), so the padded vector has the same L2 sensitivity as the answers and
+        each kept coordinate still receives its own iid N(0, sigma^2); the dropped coordinates
+        are discarded unseen (and would be safe to release anyway). The Charge is unchanged.
+        """
+        padded_index = np.zeros(padded_length(len(index)), np.int32)
+        padded_index[: len(index)] = index
+        answers = self.answers.map(_padded_gather, jnp.asarray(padded_index), jnp.int32(len(index)))
+        noisy, charge = noise.gaussian(
+            stream_key(key, Stream.MEASURE), answers, sigma=sigma, sensitivity=sensitivity
+        )
+        return np.asarray(noisy, np.float64)[: len(index)], charge
+
+    def _measure_marginal(self, key: Key, i: int, sigma: float) -> tuple[np.ndarray, Charge]:
+        """Gaussian measurement of candidate marginal `i` (counts, float64), with its Charge."""
+        span = self._span(i)
+        return self._measure(
+            key, np.arange(span.start, span.stop), sigma=sigma, sensitivity=self.l2_sensitivity
+        )
+
+    def _initial_parameters(self) -> tuple[float, float]:
+        """(sigma_0, epsilon_0) calibrated as if the run lasted T rounds (Algorithm 2, line 3)."""
+        sigma0 = self.l2_sensitivity * math.sqrt(self.max_rounds / (2.0 * self.alpha * self.plan.rho_budget))
+        epsilon0 = math.sqrt(8.0 * (1.0 - self.alpha) * self.plan.rho_budget / self.max_rounds)
+        return sigma0, epsilon0
+
+    def _round_cost(self, sigma: float, epsilon: float) -> float:
+        return self.l2_sensitivity**2 / (2.0 * sigma**2) + epsilon**2 / 8.0
+
+    def _final_parameters(self, remaining: float) -> tuple[float, float]:
+        """(sigma, epsilon) that spend `remaining` (split alpha to measure, 1 - alpha to select)."""
+        sigma = self.l2_sensitivity / math.sqrt(2.0 * self.alpha * remaining)
+        epsilon = math.sqrt(8.0 * (1.0 - self.alpha) * remaining)
+        return sigma, epsilon
+
+    def _round_parameters(self, state) -> tuple[float, float, float, float, bool]:
+        """(sigma, epsilon, rho_select, rho_measure, final) of the next adaptive round."""
+        final = state.epsilon is None
+        sigma, epsilon = state.sigma, state.epsilon
+        if final:  # the filter's last round: spend exactly what is left
+            sigma, epsilon = self._final_parameters(self.plan.rho_budget - state.rho_spent)
+        return sigma, epsilon, epsilon**2 / 8.0, self.l2_sensitivity**2 / (2.0 * sigma**2), final
+
+    def finished(self, state) -> bool:
+        """True once the filter has spent the budget (the loop stops calling `step`)."""
+        return bool(state.done)
+
+    def realised_plan(self, state) -> Plan:
+        """The plan the filter followed: one charge per primitive invoked, within the budget."""
+        plan = Plan(self.plan.rho_budget, self.plan.epsilon, self.plan.delta, self.plan.conversion)
+        for i, (code, sensitivity, scale) in enumerate(state.charges):
+            primitive = noise.PRIMITIVES[code]
+            label = "measure 1-way marginals" if i == 0 else f"{primitive} (round {(i + 1) // 2})"
+            plan = plan.with_charge(PlannedCharge(label, primitive, sensitivity, scale))
+        return plan.check()
+
+    def _measure_one_way(self, key: Key, sigma: float) -> tuple[np.ndarray, Charge, tuple, float]:
+        """Round 0: the 1-way candidates measured together (L2 sensitivity sqrt(d1) times a
+        marginal's; the paper's d1 separate measurements, same noise and cost).
+
+        Returns:
+            (noisy counts of the 1-way candidates concatenated, float64; the Charge; the charge
+            triple for `state.charges`; rho spent).
+        """
+        ones = self._one_way()
+        sensitivity = math.sqrt(len(ones)) * self.l2_sensitivity
+        sigma = float32_ceil(sigma)
+        index = np.concatenate([np.arange(self._span(i).start, self._span(i).stop) for i in ones])
+        noisy, charge = self._measure(key, index, sigma=sigma, sensitivity=sensitivity)
+        spent = charge_rho("gaussian", sensitivity, sigma)
+        return noisy, charge, (GAUSSIAN, sensitivity, sigma), spent
+
+    def _select(
+        self, key: Key, model_counts: np.ndarray, mask: np.ndarray, sigma: float, rho_select: float
+    ) -> tuple[int, Charge, float, float]:
+        """Exponential mechanism over the masked candidates C_t on AIM's quality score.
+
+        Returns:
+            (selected candidate index, Charge, Delta_t, Gumbel scale).
+        """
+        weights = np.asarray(self.weights)
+        delta_t = self.l1_sensitivity * float(weights[mask].max())
+        scores = self.answers.map(quality_scores, model_counts, self.candidates, weights, sigma)
+        scale = gumbel_scale(delta_t, rho_select)
+        choice, charge = noise.exponential(
+            stream_key(key, Stream.SELECT), scores, scale=scale, sensitivity=delta_t, mask=jnp.asarray(mask)
+        )
+        return int(choice), charge, delta_t, scale
+
+    def _round_accounts(
+        self, state, delta_t: float, scale: float, sigma: float
+    ) -> tuple[float, tuple[tuple, ...]]:
+        """(rho spent after a select + measure round, the charges so far with its two)."""
+        spent = (
+            state.rho_spent
+            + charge_rho("exponential", delta_t, scale)
+            + charge_rho("gaussian", self.l2_sensitivity, sigma)
+        )
+        charges = (*state.charges, (EXPONENTIAL, delta_t, scale), (GAUSSIAN, self.l2_sensitivity, sigma))
+        return spent, charges
+
+    @staticmethod
+    def _learned(after: np.ndarray, before: np.ndarray, sigma: float) -> bool:
+        """Algorithm 4's test: did the model's answer on the selected marginal move by more than
+        the measurement's expected L1 noise sqrt(2/pi) sigma n_r?"""
+        moved = float(np.abs(np.asarray(after, np.float64) - np.asarray(before, np.float64)).sum())
+        return moved > SQRT_2_OVER_PI * sigma * len(before)
+
+    def _anneal_or_finish(self, state, *, changed: bool):
+        """Algorithm 4: halve sigma and double epsilon when the last measurement taught the model
+        little; switch to the final round when the rest cannot pay for two more rounds (or the
+        next round is the last the loop allows). epsilon=None marks the final round."""
+        sigma, epsilon = state.sigma, state.epsilon
+        if not changed:
+            sigma, epsilon = sigma / 2.0, epsilon * 2.0
+        remaining = self.plan.rho_budget - state.rho_spent
+        if remaining <= 2.0 * self._round_cost(sigma, epsilon) or state.rounds_done + 1 >= self.rounds:
+            return state._replace(sigma=sigma, epsilon=None)
+        return state._replace(sigma=sigma, epsilon=epsilon)
+
+
+def idle(primitive: str) -> Charge:
+    """A charge with count 0: the primitive did not run (the ledger skips it)."""
+    return Charge(
+        primitive=jnp.asarray(noise.PRIMITIVES.index(primitive), jnp.int32),
+        sensitivity=jnp.asarray(1.0, jnp.float32),
+        scale=jnp.asarray(1.0, jnp.float32),
+        count=jnp.asarray(0, jnp.int32),
+    )

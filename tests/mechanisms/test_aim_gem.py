@@ -1,0 +1,214 @@
+"""AIM-GEM: AIM's shared selection rule and filter with a GEM generator as the model."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import audit, loop
+from jaxdp.keys import Stream, stream_key
+from jaxdp.mechanisms import _aim_selection
+from jaxdp.queries import all_kway, downward_closure, from_cliques, marginal_counts
+
+from .conftest import tiny_dataset
+
+SMALL = {"iters": 30, "final_iters": 60, "batch": 64, "hidden": (32, 32), "latent_dim": 8}
+
+
+def _aim_gem(data=None, epsilon=1.0, **kw):
+    data = data or tiny_dataset()
+    options = {"max_rounds": 12, **SMALL, **kw}
+    return jaxdp.aim_gem(data, all_kway(data.domain.sizes, 2), epsilon=epsilon, delta=1e-6, **options)
+
+
+def test_quality_score_matches_a_brute_force_reference():
+    """q_r = w_r (||M_r(D) - M_r(model)||_1 - sqrt(2/pi) sigma n_r), cell loops in NumPy."""
+    data = tiny_dataset()
+    candidates = downward_closure(all_kway(data.domain.sizes, 2))
+    true = np.asarray(marginal_counts(data.codes, candidates), np.float64)
+    rng = np.random.default_rng(0)
+    model = true + rng.normal(0.0, 20.0, true.shape)
+    weights = rng.uniform(0.5, 3.0, len(candidates))
+    sigma = 7.5
+    got = np.asarray(_aim_selection.quality_scores(true, model, candidates, weights, sigma))
+    expected = []
+    for i, (start, cells) in enumerate(zip(candidates.offsets, candidates.cells, strict=True)):
+        l1 = sum(abs(true[start + c] - model[start + c]) for c in range(cells))
+        expected.append(weights[i] * (l1 - math.sqrt(2 / math.pi) * sigma * cells))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-3)
+
+
+def test_aim_and_aim_gem_share_one_selection_rule():
+    """Both mix in the same filter and selection (no second copy that could drift), and on the
+    same data fix the same candidates, weights, sensitivities and initial (sigma, epsilon)."""
+    data = tiny_dataset()
+    wl = all_kway(data.domain.sizes, 2)
+    a = jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, max_rounds=12)
+    b = jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, max_rounds=12, **SMALL)
+    for name in ("_select", "_anneal_or_finish", "_round_parameters", "_learned", "realised_plan"):
+        assert (
+            getattr(type(a), name)
+            is getattr(type(b), name)
+            is getattr(_aim_selection.AnnealedSelection, name)
+        )
+    assert a.candidates == b.candidates and a.weights == b.weights
+    assert (a.l1_sensitivity, a.l2_sensitivity) == (b.l1_sensitivity, b.l2_sensitivity)
+    assert a._initial_parameters() == b._initial_parameters()
+
+
+@pytest.mark.parametrize(("relation", "epsilon"), [("add-remove", 0.3), ("replace-one", 3.0)])
+def test_filter_spends_the_budget_and_never_more(relation, epsilon):
+    """Every prefix of the ledger stays within the budget and the final round spends the rest."""
+    mech = _aim_gem(epsilon=epsilon, relation=relation)
+    result = loop.run(mech, jax.random.key(11))
+    spent = np.cumsum([e.rho for e in result.ledger])
+    assert np.all(spent <= mech.plan.rho_budget)
+    assert spent[-1] == pytest.approx(mech.plan.rho_budget, rel=1e-6)
+    assert result.state.done and 2 <= result.state.rounds_done <= mech.rounds
+    assert [e.primitive for e in result.ledger[1:]] == ["exponential", "gaussian"] * (len(result.ledger) // 2)
+    audit.check_ledger(list(result.ledger), loop.realised_plan(mech, result.state))
+
+
+def test_deterministic_under_a_key():
+    mech = _aim_gem()
+    first, second = loop.run(mech, jax.random.key(2)), loop.run(mech, jax.random.key(2))
+    other = loop.run(mech, jax.random.key(3))
+    leaves = [jax.tree_util.tree_leaves(r.state) for r in (first, second, other)]
+    assert all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves[0], leaves[1], strict=True)
+    )
+    assert [r.selected for r in first.state.records] == [r.selected for r in second.state.records]
+    assert not all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves[0], leaves[2], strict=True)
+    )
+    a = loop.release(mech, first.state, jax.random.key(9), rows=300)
+    b = loop.release(mech, second.state, jax.random.key(9), rows=300)
+    c = loop.release(mech, first.state, jax.random.key(10), rows=300)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.array_equal(np.asarray(a), np.asarray(c))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_generator_improves_on_the_measured_marginals(seed):
+    """At a generous budget the trained generator's L1 error on every marginal it measured is
+    below half the untrained generator's (same latent batch and initial parameters), and its
+    released records beat the untrained ones on the whole workload."""
+    data = tiny_dataset()
+    mech = _aim_gem(data, epsilon=20.0, relation="replace-one")
+    key = jax.random.key(seed)
+    result = loop.run(mech, key)
+    measured = sorted({r.selected for r in result.state.records} | set(mech._one_way()))
+    true = np.asarray(marginal_counts(data.codes, mech.candidates), np.float64)
+    # the parameters `loop.run` started from
+    start_state = result.state._replace(params=mech.init(stream_key(key, Stream.INIT)).params)
+    before, after = mech.model_counts(start_state), mech.model_counts(result.state)
+    for i in measured:
+        span = mech._span(i)
+        assert np.abs(after[span] - true[span]).sum() < 0.5 * np.abs(before[span] - true[span]).sum(), (
+            mech.candidates.cliques[i]
+        )
+    rows = 4000
+    trained = np.asarray(loop.release(mech, result.state, jax.random.key(1), rows=rows))
+    untrained = np.asarray(loop.release(mech, start_state, jax.random.key(1), rows=rows))
+    wl = from_cliques(data.domain.sizes, mech.workload.cliques)
+    real = np.asarray(marginal_counts(data.codes, wl)) / len(data)
+
+    def error(codes):
+        return np.abs(np.asarray(marginal_counts(codes, wl)) / rows - real).sum()
+
+    assert error(trained) < 0.5 * error(untrained)
+
+
+def test_add_remove_estimates_the_record_count_privately():
+    """Under add/remove the released row count is the noisy 1-way total (n is private): close to
+    n at a generous budget, and not n itself."""
+    data = tiny_dataset()
+    mech = _aim_gem(data, epsilon=20.0)
+    state = loop.run(mech, jax.random.key(4)).state
+    assert state.total != len(data) and abs(state.total - len(data)) < 0.05 * len(data)
+    assert mech.default_rows(state) == round(state.total)
+
+
+def test_synthesize_and_report():
+    data = tiny_dataset()
+    result = jaxdp.synthesize(
+        data,
+        data.domain,
+        mechanism="aim-gem",
+        epsilon=1.0,
+        key=jax.random.key(0),
+        workload="all-2way",
+        rounds=6,
+        relation="add-remove",
+        **SMALL,
+    )
+    assert result.report["rho_spent"] <= result.report["rho_budget"]
+    assert result.report["rho_spent"] == pytest.approx(result.report["rho_budget"], rel=1e-6)
+    assert len(result.synthetic) == result.mechanism.default_rows(result.state)
+    errors = jaxdp.api.release_errors(data, result, all_kway(data.domain.sizes, 2))
+    assert 0.0 < errors["relaxed"]["mean_l1"] < 2.0
+
+
+def test_bad_arguments_are_refused():
+    data = tiny_dataset()
+    wl = all_kway(data.domain.sizes, 2)
+    with pytest.raises(ValueError, match="alpha"):
+        jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, alpha=0.0)
+    with pytest.raises(ValueError, match="max_rounds"):
+        jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, max_rounds=3)
+    with pytest.raises(ValueError, match="learning_rate"):
+        jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, learning_rate=-1.0)
+    with pytest.raises(ValueError, match="iters"):
+        jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, iters=0)
+
+
+def _selection_counts(mech, model_counts, sigma, rho_select, scale_factor, runs):
+    """How often each candidate is picked by the shared `_select` in `runs` independent draws;
+    `scale_factor` != 1 patches the Gumbel scale (a negative control)."""
+    mask = np.ones(len(mech.candidates), bool)
+    picks = np.zeros(len(mech.candidates), np.int64)
+    keys = jax.random.split(jax.random.key(123), runs)
+    original = _aim_selection.gumbel_scale
+    try:
+        _aim_selection.gumbel_scale = lambda d, r: scale_factor * original(d, r)
+        for key in keys:
+            picks[mech._select(key, model_counts, mask, sigma, rho_select)[0]] += 1
+    finally:
+        _aim_selection.gumbel_scale = original
+    delta_t = mech.l1_sensitivity * max(mech.weights)
+    return picks, original(delta_t, rho_select)
+
+
+def test_selection_follows_the_exponential_mechanism():
+    """The shared selection draws r with probability exp(q_r / scale) / Z (q_r from the
+    brute-force-checked `quality_scores`, scale = 2 Delta_t / epsilon_t): chi-square over 1000
+    draws, false-failure rate 1e-3. Negative control: a halved Gumbel scale is rejected."""
+    from scipy import stats
+
+    data = tiny_dataset()
+    mech = _aim_gem(data)
+    true = np.asarray(marginal_counts(data.codes, mech.candidates), np.float64)
+    model = np.full_like(true, len(data)) / np.repeat(mech.candidates.cells, mech.candidates.cells)
+    sigma = 5.0
+    scores = np.asarray(_aim_selection.quality_scores(true, model, mech.candidates, mech.weights, sigma))
+
+    def pvalue(picks, scale):
+        logits = scores / scale
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        keep = probs * picks.sum() >= 5  # pool the rare candidates into one cell
+        observed = np.append(picks[keep], picks[~keep].sum())
+        expected = np.append(probs[keep], probs[~keep].sum()) * picks.sum()
+        observed, expected = observed[expected > 0], expected[expected > 0]
+        return stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue
+
+    # epsilon_t with a Gumbel scale of a third of the scores' range: several candidates compete
+    epsilon = 2.0 * mech.l1_sensitivity * max(mech.weights) / (np.ptp(scores) / 3.0)
+    rho_select = epsilon**2 / 8.0
+    picks, scale = _selection_counts(mech, model, sigma, rho_select, 1.0, 1000)
+    assert (picks >= 20).sum() >= 3, "the scale leaves the test no power: one candidate always wins"
+    assert pvalue(picks, scale) > 1e-3
+    broken, _ = _selection_counts(mech, model, sigma, rho_select, 0.5, 1000)
+    assert pvalue(broken, scale) < 1e-3
