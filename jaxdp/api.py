@@ -92,7 +92,7 @@ class MechanismSpec:
     own_workload: bool = False
 
 
-def _independent(data: Dataset, workload: MarginalWorkload, *, mesh=None, **budget):
+def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget):
     return independent(data, mesh=mesh, **budget)  # measures the 1-way marginals whatever the workload
 
 
