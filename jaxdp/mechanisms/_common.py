@@ -90,11 +90,11 @@ def private_codes(data: Dataset, mesh: Mesh | None = None) -> Sensitive:
         )
     if mesh is None:
         return Sensitive(jnp.asarray(data.codes, jnp.int32))
-    check_mesh(mesh)
+    _check_mesh(mesh)
     return Sensitive(shard_records(np.asarray(data.codes, np.int32), mesh)[0])
 
 
-def check_mesh(mesh: Mesh) -> None:
+def _check_mesh(mesh: Mesh) -> None:
     if not isinstance(mesh, Mesh) or mesh.axis_names != (AXIS,):
         raise ValueError(
             f"mesh must be a one-dimensional jax.sharding.Mesh with axis {AXIS!r} "
