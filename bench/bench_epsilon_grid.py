@@ -142,6 +142,10 @@ def main() -> None:
                     if (name, epsilon, seed) in done:
                         continue
                     recorder.emit(KERNEL, sizes, **run_point(data, workload, name, epsilon, seed))
+                    # every point compiles its own programs (the calibration is static); kept,
+                    # they exhaust the process's memory mappings after ~70 points and XLA
+                    # fails to compile (seen here: "LLVM compilation error: Cannot allocate memory")
+                    jax.clear_caches()
     if not os.path.exists(args.out):
         print(f"no results at {args.out}", file=sys.stderr)
         return
