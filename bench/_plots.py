@@ -32,7 +32,12 @@ import matplotlib.ticker
 
 METRICS = ("max_abs", "mean_abs", "rmse")
 SOURCES = ("answers", "records")  # the mechanism's own answers; answers of released records
-LABELS = {"max_abs": "max abs error", "mean_abs": "mean abs error", "rmse": "RMSE"}
+LABELS = {
+    "max_abs": "max abs error",
+    "mean_abs": "mean abs error",
+    "rmse": "RMSE",
+    "mean_l1": "mean L1 workload error",
+}
 
 
 def errors(true: np.ndarray, estimate: Any, workload) -> dict[str, float]:
@@ -114,17 +119,18 @@ def _mean_se(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), se
 
 
-def summarise(records: list[dict]) -> list[dict]:
-    """One row per (mechanism, epsilon): mean and standard error over seeds of every metric and
-    of the wall time; first_wall_s (compiles) and warm_wall_s (median of the other seeds)."""
+def summarise(records: list[dict], sources=SOURCES, metrics=METRICS) -> list[dict]:
+    """One row per (mechanism, epsilon): mean and standard error over seeds of every metric of
+    every source and of the wall time; first_wall_s (compiles) and warm_wall_s (median of the
+    other seeds)."""
     groups: dict[tuple[str, float], list[dict]] = {}
     for r in records:
         groups.setdefault((r["mechanism"], r["epsilon"]), []).append(r)
     rows = []
     for (name, epsilon), runs in groups.items():
         row: dict[str, Any] = {"mechanism": name, "epsilon": epsilon, "seeds": len(runs)}
-        for source in SOURCES:
-            for metric in METRICS:
+        for source in sources:
+            for metric in metrics:
                 col = f"{source}_{metric}"
                 row[col], row[col + "_se"] = _mean_se([r[source][metric] for r in runs])
         row["wall_s"], row["wall_s_se"] = _mean_se([r["wall_s"] for r in runs])
@@ -144,13 +150,23 @@ def write_csv(rows: list[dict], path: str) -> None:
             writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
 
 
-def plot_error_vs_epsilon(rows: list[dict], path: str, title: str, source_labels: dict[str, str]) -> None:
-    """2 x 3 panels: rows = SOURCES, columns = METRICS; one line per mechanism with SE bars."""
-    fig, axes = plt.subplots(len(SOURCES), len(METRICS), figsize=(15, 8.5), squeeze=False)
+def plot_error_vs_epsilon(
+    rows: list[dict],
+    path: str,
+    title: str,
+    source_labels: dict[str, str],
+    metrics=METRICS,
+) -> None:
+    """Panels: one row per source in `source_labels`, one column per metric; one line per
+    mechanism with SE bars."""
+    sources = list(source_labels)
+    fig, axes = plt.subplots(
+        len(sources), len(metrics), figsize=(5 * len(metrics), 4.25 * len(sources)), squeeze=False
+    )
     names = list(dict.fromkeys(r["mechanism"] for r in rows))
     eps = sorted({r["epsilon"] for r in rows})
-    for i, source in enumerate(SOURCES):
-        for j, metric in enumerate(METRICS):
+    for i, source in enumerate(sources):
+        for j, metric in enumerate(metrics):
             ax = axes[i, j]
             col = f"{source}_{metric}"
             for name in names:

@@ -13,6 +13,7 @@ line reads it too.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import time
@@ -22,6 +23,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxdp import loop
 from jaxdp.accounting import epsilon_from_rho
@@ -91,8 +93,8 @@ class MechanismSpec:
     own_workload: bool = False
 
 
-def _independent(data: Dataset, workload: MarginalWorkload, **budget):
-    return independent(data, **budget)  # measures the 1-way marginals whatever the workload
+def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget):
+    return independent(data, mesh=mesh, **budget)  # measures the 1-way marginals whatever the workload
 
 
 def _aim(data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options):
@@ -284,15 +286,24 @@ def build(
     conversion: str = "exact",
     rounds: int | None = None,
     public: Dataset | None = None,
+    mesh: Mesh | None = None,
     **options: Any,
 ):
     """Build registered mechanism `name` (its plan is fixed and checked here, before any run).
 
+    `mesh` (one axis "records", `jaxdp.queries.records_mesh()`) splits the records over its
+    devices to count them, for the factories that take a `mesh` keyword.
+
     Raises:
         ValueError: unknown mechanism, rounds given to a one-round mechanism, public data
-            missing or unexpected, or any error of the factory.
+            missing or unexpected, a mesh for a mechanism that cannot use one, or any error of
+            the factory.
     """
     spec = mechanism_spec(name)
+    if mesh is not None:
+        if "mesh" not in inspect.signature(spec.factory).parameters:
+            raise ValueError(f"mechanism {name!r} does not count records over a mesh; leave mesh=None")
+        options["mesh"] = mesh
     if workload is None and not spec.own_workload:
         raise ValueError(f"mechanism {name!r} needs a workload")
     if spec.one_round and rounds is not None and rounds != 1:
@@ -471,6 +482,7 @@ def synthesize(
     conversion: str = "exact",
     progress: bool = False,
     confidence: float = 0.95,
+    mesh: Mesh | None = None,
     **options: Any,
 ) -> Result:
     """Release a differentially private synthetic version of a table.
@@ -495,6 +507,10 @@ def synthesize(
         progress: report progress (a tqdm bar when tqdm is installed, else one log line per
             block of rounds on the "jaxdp" logger). Off by default.
         confidence: of the per-marginal error bounds (aim).
+        mesh: count the records split over this mesh's devices (one axis "records":
+            `jaxdp.queries.records_mesh()`; independent, gaussian, mwem, pep, pmw-pub, pep-pub,
+            rap, rap-softmax, gem, gem-pub). The release equals the single-device one up to float
+            summation order: noise is added once, to the summed counts.
         **options: the mechanism factory's own keywords (e.g. batch for gem).
 
     Returns:
@@ -525,6 +541,7 @@ def synthesize(
         conversion=conversion,
         rounds=rounds,
         public=public_data,
+        mesh=mesh,
         **options,
     )
     with _progress_reporter(progress) as report_progress:

@@ -185,3 +185,22 @@ def test_progress_bar_when_tqdm_is_installed(capsys):
     pytest.importorskip("tqdm")
     _mwem(_frame(), progress=True)
     assert "3/3" in capsys.readouterr().err
+
+
+def test_a_records_mesh_is_forwarded_or_refused():
+    """On one device a one-device mesh runs the sharded counting path: the same release; a
+    mechanism that cannot count over a mesh, or a mesh of the wrong shape, is refused."""
+    from jax.sharding import Mesh
+
+    from jaxdp.queries import records_mesh
+
+    frame = _frame(n=301)
+    plain, meshed = _mwem(frame), _mwem(frame, mesh=records_mesh())
+    assert meshed.mechanism.answers._value.sharding.mesh.axis_names == ("records",)
+    np.testing.assert_array_equal(meshed.synthetic.codes, plain.synthetic.codes)
+    with pytest.raises(ValueError, match="'dualquery' does not count records over a mesh"):
+        jaxdp.synthesize(
+            frame, SCHEMA, mechanism="dualquery", epsilon=1.0, key=jax.random.key(0), mesh=records_mesh()
+        )
+    with pytest.raises(ValueError, match="mesh must be a one-dimensional"):
+        _mwem(frame, mesh=Mesh(np.asarray(jax.devices()[:1]), ("rows",)))

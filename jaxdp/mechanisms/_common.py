@@ -7,11 +7,21 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp.accounting import CONVERSIONS, Plan
 from jaxdp.domain import DataError, Dataset
-from jaxdp.queries import MarginalWorkload, marginal_fractions, marginal_sensitivity
+from jaxdp.queries import (
+    MarginalWorkload,
+    marginal_counts,
+    marginal_fractions,
+    marginal_sensitivity,
+    shard_records,
+    sharded_marginal_counts,
+)
+from jaxdp.queries.sharded import AXIS
 from jaxdp.types import Array, Charge, Neighboring, Sensitive
 
 
@@ -62,8 +72,13 @@ def require_categorical(data: Dataset, mechanism: str) -> None:
 MAX_RECORDS = 2**24
 
 
-def private_codes(data: Dataset) -> Sensitive:
-    """The records' categorical codes as a private leaf (so jit never embeds them)."""
+def private_codes(data: Dataset, mesh: Mesh | None = None) -> Sensitive:
+    """The records' categorical codes as a private leaf (so jit never embeds them).
+
+    With a `mesh` (one axis, "records": `jaxdp.queries.records_mesh()`), the rows are split over
+    its devices, padded with zero rows to a multiple of the device count (`shard_records`); count
+    them with `count_marginals(..., mesh=mesh)`, which removes the padding exactly.
+    """
     if not isinstance(data, Dataset):
         raise TypeError(f"data must be a jaxdp.Dataset, got {type(data).__name__}")
     if len(data) == 0:
@@ -73,7 +88,26 @@ def private_codes(data: Dataset) -> Sensitive:
             f"the table has {len(data):,} records; float32 counts are exact only below {MAX_RECORDS:,}, "
             "so the declared sensitivities would not hold"
         )
-    return Sensitive(jnp.asarray(data.codes, jnp.int32))
+    if mesh is None:
+        return Sensitive(jnp.asarray(data.codes, jnp.int32))
+    _check_mesh(mesh)
+    return Sensitive(shard_records(np.asarray(data.codes, np.int32), mesh)[0])
+
+
+def _check_mesh(mesh: Mesh) -> None:
+    if not isinstance(mesh, Mesh) or mesh.axis_names != (AXIS,):
+        raise ValueError(
+            f"mesh must be a one-dimensional jax.sharding.Mesh with axis {AXIS!r} "
+            "(jaxdp.queries.records_mesh())"
+        )
+
+
+def count_marginals(codes: Array, workload: MarginalWorkload, n_records: int, mesh: Mesh | None) -> Array:
+    """float32 counts of `workload` over codes from `private_codes(data, mesh)`: on one device,
+    or each device counting its rows and one psum adding them (exact either way)."""
+    if mesh is None:
+        return marginal_counts(codes, workload)
+    return sharded_marginal_counts(codes, workload, mesh=mesh, n_records=n_records)
 
 
 def answers_view(counts: Array, relation: Neighboring, n_records: int) -> Array:
@@ -85,9 +119,22 @@ def answers_view(counts: Array, relation: Neighboring, n_records: int) -> Array:
 fractions = jax.jit(marginal_fractions, static_argnums=1)
 
 
-def private_fractions(data: Dataset, workload: MarginalWorkload) -> Sensitive:
-    """The workload's true answers as fractions (replace-one view), as a private leaf."""
-    return private_codes(data).map(fractions, workload)
+def _sharded_fractions(codes: Array, workload: MarginalWorkload, mesh: Mesh, n_records: int) -> Array:
+    return count_marginals(codes, workload, n_records, mesh) / n_records
+
+
+_sharded_fractions_jit = jax.jit(_sharded_fractions, static_argnums=(1, 2, 3))
+
+
+def private_fractions(data: Dataset, workload: MarginalWorkload, mesh: Mesh | None = None) -> Sensitive:
+    """The workload's true answers as fractions (replace-one view), as a private leaf.
+
+    With a `mesh`, the records are split over its devices and counted there (one psum); the
+    answers equal the single-device ones exactly and come back replicated on the mesh.
+    """
+    if mesh is None:
+        return private_codes(data).map(fractions, workload)
+    return private_codes(data, mesh).map(_sharded_fractions_jit, workload, mesh, len(data))
 
 
 def round_shares(rho_budget: float, rounds: int, alpha: float) -> tuple[float, float]:

@@ -12,6 +12,7 @@ import math
 from typing import NamedTuple
 
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from jaxdp import _checks, noise, selection
 from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma, gumbel_scale
@@ -211,6 +212,7 @@ def build(
     replay_passes: int = 0,
     step_size: float = 0.5,
     output: str = "last",
+    mesh: Mesh | None = None,
 ) -> AdaptiveHistogram:
     """Validate, calibrate and build an AdaptiveHistogram (see the mwem/pep factories)."""
     plan = make_plan(epsilon, delta, rho, conversion)
@@ -236,7 +238,7 @@ def build(
         support = PublicSupport.of(public.codes, workload)
 
     n = len(data)
-    answers = private_fractions(data, workload)
+    answers = private_fractions(data, workload, mesh)
     rho_select, rho_measure = round_shares(plan.rho_budget, rounds, alpha)
     select_sensitivity = selection.score_sensitivity(Neighboring.REPLACE_ONE, n)
     measure_sensitivity = math.sqrt(2.0) / n if marginal_trick else 1.0 / n

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import Mesh
 
 from jaxdp import _checks, noise, selection
 from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma, gumbel_scale
@@ -322,6 +323,7 @@ def build(
     conversion: str,
     public: Dataset | None = None,
     pretrain_steps: int = 0,
+    mesh: Mesh | None = None,
 ) -> RelaxedAdaptive:
     """Validate, calibrate and build a RelaxedAdaptive (see the rap/gem factories)."""
     plan = make_plan(epsilon, delta, rho, conversion)
@@ -345,7 +347,7 @@ def build(
         )
     public_answers, public_mask = (None, None) if public is None else _public_targets(public, data, workload)
     n = len(data)
-    answers = private_fractions(data, workload)
+    answers = private_fractions(data, workload, mesh)
     rho_select, rho_measure = round_shares(plan.rho_budget, rounds, alpha)
     select_sensitivity = selection.score_sensitivity(Neighboring.REPLACE_ONE, n)
     measure_sensitivity = math.sqrt(2.0 * k) / n

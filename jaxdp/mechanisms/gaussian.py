@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
+from jax.sharding import Mesh
 
 from jaxdp import noise
 from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma
@@ -18,12 +19,13 @@ from jaxdp.mechanisms._common import (
     RoundInfo,
     answers_view,
     as_relation,
+    count_marginals,
     make_plan,
     marginal_l2_sensitivity,
     private_codes,
     require_categorical,
 )
-from jaxdp.queries import MarginalWorkload, marginal_counts
+from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Array, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 
@@ -52,6 +54,7 @@ class Gaussian:
     sensitivity: float = static_field()
     plan: Plan = static_field()
     rounds: int = static_field(default=1)
+    mesh: Mesh | None = static_field(default=None)
 
     def init(self, key: Key) -> GaussianState:
         require_key(key)
@@ -64,7 +67,11 @@ class Gaussian:
     def step(self, state: GaussianState, key: Key) -> tuple[GaussianState, RoundInfo]:
         require_key(key)
         answers = self.data.map(
-            lambda codes: answers_view(marginal_counts(codes, self.workload), self.relation, self.n_records)
+            lambda codes: answers_view(
+                count_marginals(codes, self.workload, self.n_records, self.mesh),
+                self.relation,
+                self.n_records,
+            )
         )
         noisy, charge = noise.gaussian(
             stream_key(key, Stream.MEASURE), answers, sigma=self.sigma, sensitivity=self.sensitivity
@@ -91,21 +98,22 @@ def gaussian(
     rho: float | None = None,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    mesh: Mesh | None = None,
 ) -> Gaussian:
     """Build the Gaussian mechanism for `workload` on a categorical dataset.
 
     Args:
         data: the private records.
         workload: the marginals to answer (over `data.domain.sizes`).
-        epsilon, delta, rho, relation, conversion: as for `jaxdp.independent`.
+        epsilon, delta, rho, relation, conversion, mesh: as for `jaxdp.independent`.
     """
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
     require_categorical(data, "gaussian")
     if workload.sizes != data.domain.sizes:
         raise ValueError("workload was built for a different domain than the data's")
-    codes = private_codes(data)
+    codes = private_codes(data, mesh)
     sensitivity = marginal_l2_sensitivity(len(workload), relation, len(data))
     sigma = gaussian_sigma(sensitivity, plan.rho_budget)
     plan = plan.with_charge(PlannedCharge("measure the workload", "gaussian", sensitivity, sigma)).check()
-    return Gaussian(codes, workload, relation, len(data), sigma, sensitivity, plan)
+    return Gaussian(codes, workload, relation, len(data), sigma, sensitivity, plan, mesh=mesh)

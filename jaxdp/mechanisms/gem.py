@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from jax.sharding import Mesh
+
 from jaxdp.domain import Dataset
 from jaxdp.families.generator import Generator
 from jaxdp.mechanisms._relaxed import RelaxedAdaptive, build
@@ -50,6 +52,7 @@ def gem(
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     shard_batch: bool = False,
+    mesh: Mesh | None = None,
 ) -> RelaxedAdaptive:
     """Build GEM (defaults: the official example's settings on ADULT, except two measured choices).
 
@@ -89,6 +92,8 @@ def gem(
         shard_batch: split the latent batch over every device (`batch` a multiple of the device
             count); the same computation up to float summation order. Off: the single-device
             program, unchanged.
+        mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
+            the same answers as on one device (see `jaxdp.independent`).
 
     Privacy:
         See `RelaxedAdaptive`: rho-zCDP in total, replace-one. Pretraining reads only `public`.
@@ -119,13 +124,20 @@ def gem(
         ema_beta=ema_beta,
         relation=relation,
         conversion=conversion,
+        mesh=mesh,
         public=public,
         pretrain_steps=pretrain_steps,
     )
 
 
 def gem_pub(
-    data: Dataset, workload: MarginalWorkload, *, public: Dataset, pretrain_steps: int = 1000, **kwargs
+    data: Dataset,
+    workload: MarginalWorkload,
+    *,
+    public: Dataset,
+    pretrain_steps: int = 1000,
+    mesh: Mesh | None = None,
+    **kwargs,
 ) -> RelaxedAdaptive:
     """GEM-Pub: pretrain on `public` (no privacy cost), then run GEM from the pretrained generator."""
-    return gem(data, workload, public=public, pretrain_steps=pretrain_steps, **kwargs)
+    return gem(data, workload, public=public, pretrain_steps=pretrain_steps, mesh=mesh, **kwargs)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxdp import _checks, noise
 from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma
@@ -21,12 +22,13 @@ from jaxdp.mechanisms._common import (
     RoundInfo,
     answers_view,
     as_relation,
+    count_marginals,
     make_plan,
     marginal_l2_sensitivity,
     private_codes,
     require_categorical,
 )
-from jaxdp.queries import all_kway, marginal_counts
+from jaxdp.queries import all_kway
 from jaxdp.types import Array, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 
@@ -57,6 +59,7 @@ class Independent:
     sensitivity: float = static_field()
     plan: Plan = static_field()
     rounds: int = static_field(default=1)
+    mesh: Mesh | None = static_field(default=None)
 
     @property
     def workload(self):
@@ -74,7 +77,9 @@ class Independent:
         require_key(key)
         workload = self.workload
         answers = self.data.map(
-            lambda codes: answers_view(marginal_counts(codes, workload), self.relation, self.n_records)
+            lambda codes: answers_view(
+                count_marginals(codes, workload, self.n_records, self.mesh), self.relation, self.n_records
+            )
         )
         noisy, charge = noise.gaussian(
             stream_key(key, Stream.MEASURE), answers, sigma=self.sigma, sensitivity=self.sensitivity
@@ -132,6 +137,7 @@ def independent(
     rho: float | None = None,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    mesh: Mesh | None = None,
 ) -> Independent:
     """Build the Independent baseline for a categorical dataset.
 
@@ -141,6 +147,8 @@ def independent(
         rho: alternatively, a zCDP budget.
         relation: neighbouring relation ("replace-one": n public, fractions; "add-remove": counts).
         conversion: "exact" or "simple" (see `jaxdp.accounting`).
+        mesh: split the records over this mesh's devices to count them (one axis "records",
+            `jaxdp.queries.records_mesh()`); the answers and noise are those of one device.
 
     Raises:
         ValueError: bad budget arguments; DataError: numeric columns or empty data.
@@ -148,9 +156,9 @@ def independent(
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
     require_categorical(data, "independent")
-    codes = private_codes(data)
+    codes = private_codes(data, mesh)
     d = len(data.domain.sizes)
     sensitivity = marginal_l2_sensitivity(d, relation, len(data))
     sigma = gaussian_sigma(sensitivity, plan.rho_budget)
     plan = plan.with_charge(PlannedCharge("measure 1-way marginals", "gaussian", sensitivity, sigma)).check()
-    return Independent(codes, data.domain.sizes, relation, len(data), sigma, sensitivity, plan)
+    return Independent(codes, data.domain.sizes, relation, len(data), sigma, sensitivity, plan, mesh=mesh)

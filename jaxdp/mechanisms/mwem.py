@@ -7,6 +7,8 @@ updated by multiplicative weights, weights *= exp((measured - current) / 2) on t
 
 from __future__ import annotations
 
+from jax.sharding import Mesh
+
 from jaxdp.domain import Dataset
 from jaxdp.mechanisms._histogram import AdaptiveHistogram, build
 from jaxdp.queries import MarginalWorkload
@@ -28,6 +30,7 @@ def mwem(
     public: Dataset | None = None,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    mesh: Mesh | None = None,
 ) -> AdaptiveHistogram:
     """Build MWEM (or PMW-Pub when `public` is given).
 
@@ -46,6 +49,8 @@ def mwem(
             nearly uniform iterates weigh the average down.
         public: a public dataset over the same domain: PMW-Pub's support and starting point.
         relation: must be "replace-one".
+        mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
+            the same answers as on one device (see `jaxdp.independent`).
 
     Privacy:
         See `AdaptiveHistogram`: rho-zCDP in total, replace-one.
@@ -63,11 +68,14 @@ def mwem(
         public=public,
         relation=relation,
         conversion=conversion,
+        mesh=mesh,
         replay_passes=replay_passes,
         output=output,
     )
 
 
-def pmw_pub(data: Dataset, workload: MarginalWorkload, *, public: Dataset, **kwargs) -> AdaptiveHistogram:
+def pmw_pub(
+    data: Dataset, workload: MarginalWorkload, *, public: Dataset, mesh: Mesh | None = None, **kwargs
+) -> AdaptiveHistogram:
     """PMW-Pub: MWEM over the support of a public dataset, starting at its distribution."""
-    return mwem(data, workload, public=public, **kwargs)
+    return mwem(data, workload, public=public, mesh=mesh, **kwargs)

@@ -9,6 +9,8 @@ The output is the last iterate, a proper distribution.
 
 from __future__ import annotations
 
+from jax.sharding import Mesh
+
 from jaxdp.domain import Dataset
 from jaxdp.mechanisms._histogram import AdaptiveHistogram, build
 from jaxdp.queries import MarginalWorkload
@@ -30,6 +32,7 @@ def pep(
     public: Dataset | None = None,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    mesh: Mesh | None = None,
 ) -> AdaptiveHistogram:
     """Build PEP (or PEP-Pub when `public` is given).
 
@@ -38,6 +41,8 @@ def pep(
             conversion: as for `jaxdp.mwem`.
         max_steps: T_max, projection steps per round (paper: 25).
         tolerance: gamma, stop projecting once every measured error is at most this (paper: 0).
+        mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
+            the same answers as on one device (see `jaxdp.independent`).
 
     Privacy:
         See `AdaptiveHistogram`: rho-zCDP in total, replace-one.
@@ -55,11 +60,14 @@ def pep(
         public=public,
         relation=relation,
         conversion=conversion,
+        mesh=mesh,
         max_steps=max_steps,
         tolerance=tolerance,
     )
 
 
-def pep_pub(data: Dataset, workload: MarginalWorkload, *, public: Dataset, **kwargs) -> AdaptiveHistogram:
+def pep_pub(
+    data: Dataset, workload: MarginalWorkload, *, public: Dataset, mesh: Mesh | None = None, **kwargs
+) -> AdaptiveHistogram:
     """PEP-Pub: PEP over the support of a public dataset, starting at its distribution."""
-    return pep(data, workload, public=public, **kwargs)
+    return pep(data, workload, public=public, mesh=mesh, **kwargs)

@@ -8,6 +8,8 @@ paper's variant). Records are drawn by randomized rounding of the rows.
 
 from __future__ import annotations
 
+from jax.sharding import Mesh
+
 from jaxdp.domain import Dataset
 from jaxdp.families.relaxed import RelaxedRows
 from jaxdp.mechanisms._relaxed import RelaxedAdaptive, build
@@ -31,6 +33,7 @@ def rap(
     softmax: bool = False,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    mesh: Mesh | None = None,
 ) -> RelaxedAdaptive:
     """Build RAP (or RAP-softmax with `softmax=True`; see `rap_softmax` for its defaults).
 
@@ -50,6 +53,8 @@ def rap(
         alpha: share of each round's budget weight for selection.
         softmax: parametrise the rows by per-attribute softmax (RAP-softmax).
         relation: must be "replace-one".
+        mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
+            the same answers as on one device (see `jaxdp.independent`).
 
     Privacy:
         See `RelaxedAdaptive`: rho-zCDP in total, replace-one.
@@ -73,11 +78,17 @@ def rap(
         ema_beta=None,
         relation=relation,
         conversion=conversion,
+        mesh=mesh,
     )
 
 
 def rap_softmax(
-    data: Dataset, workload: MarginalWorkload, *, learning_rate: float = 0.1, **kwargs
+    data: Dataset,
+    workload: MarginalWorkload,
+    *,
+    learning_rate: float = 0.1,
+    mesh: Mesh | None = None,
+    **kwargs,
 ) -> RelaxedAdaptive:
     """RAP-softmax: RAP with softmax-parametrised rows (learning rate 0.1 as in the paper)."""
-    return rap(data, workload, softmax=True, learning_rate=learning_rate, **kwargs)
+    return rap(data, workload, softmax=True, learning_rate=learning_rate, mesh=mesh, **kwargs)
