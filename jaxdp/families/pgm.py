@@ -372,10 +372,14 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
 
     Each attribute is drawn from its conditional given its parents (earlier attributes of its
     junction-tree clique). Within each group of records sharing the parents' values, the records
-    are put in random order and record i of m takes the inverse CDF at (i + U_i) / m: every
-    record is still marginally a draw from the conditional, but the group's counts match its
-    expected counts to within two per cell (the low-variance "randomised rounding" of
-    Private-PGM, here driven by `fold_in(key, attribute)`).
+    are put in random order and record i of m takes the inverse CDF at (i + U) / m, with one
+    uniform offset U per group (systematic sampling): every record is still marginally a draw
+    from the conditional (its rank is uniform, so its point is uniform on [0, 1)), but the
+    group's counts are its expected counts rounded up or down (a cell whose CDF interval has
+    length m p holds floor(m p) or ceil(m p) of the m equally spaced points), the low-variance
+    "randomised rounding" of Private-PGM, here driven by `fold_in(key, attribute)`. Independent
+    offsets per record would leave up to two records per cell off, and that rounding error
+    shows in the workload error of large marginals.
 
     Tables are padded to powers of two above their parent groups (plus a spare group) and
     categories, and the rows to a power of two, so the sampler compiles once per bucket, not per
@@ -418,7 +422,7 @@ _SHARED_TABLE_CELLS = 2**22
 def _stratified(key: Key, table: Array, group: Array, size: Array) -> Array:
     """One column: record i of its group (size m, random order) takes the inverse CDF of its
     group's row of `table` (unnormalised probabilities over the first `size` categories; empty
-    rows are uniform over them) at (rank_i + U_i) / m."""
+    rows are uniform over them) at (rank_i + U_g) / m, one offset U_g per group."""
     rows = group.shape[0]
     n_groups, width = table.shape
     real = jnp.arange(width) < size
@@ -432,7 +436,8 @@ def _stratified(key: Key, table: Array, group: Array, size: Array) -> Array:
     counts = jnp.bincount(group, length=n_groups)
     starts = jnp.cumsum(counts) - counts
     rank = jnp.arange(rows) - starts[sorted_group]
-    u = (rank + jax.random.uniform(offset_key, (rows,))) / counts[sorted_group]
+    offsets = jax.random.uniform(offset_key, (n_groups,))
+    u = (rank + offsets[sorted_group]) / counts[sorted_group]
     # rounding can leave the last real category's cdf below u: clamp, never a padded category
     choice = jnp.minimum(jnp.sum(cdf[sorted_group] <= u[:, None], axis=1), size - 1)
     return jnp.zeros(rows, jnp.int32).at[order].set(choice.astype(jnp.int32))

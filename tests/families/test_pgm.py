@@ -80,9 +80,13 @@ def test_merged_repeats_fit_the_model_the_repeats_fit():
     )
 
 
+# |count - m p| < 1 exactly; float32 CDFs may move a boundary point by a rounding error
+ROUNDING = 1.0 + 1e-3
+
+
 def test_padded_sampler_keeps_stratified_counts_and_real_categories():
-    """Counts per (group, category) are within two of m p (stratification: a category whose CDF
-    interval has length L = m p at the grid (i + U_i) / m catches between L - 2 and L + 2 points;
+    """Counts per (group, category) are m p rounded up or down (systematic sampling: a category
+    whose CDF interval has length L = m p holds floor(L) or ceil(L) of the points (i + U) / m;
     i.i.d. draws would miss by ~sqrt(m p)), padded categories (p = 0) are never drawn, and an
     all-zero row is uniform over the real categories only. These hold for every key."""
     joint1 = np.array(
@@ -98,12 +102,14 @@ def test_padded_sampler_keeps_stratified_counts_and_real_categories():
         codes = np.asarray(pgm.sample(jax.random.key(seed), plan, (3, 5), rows))
         assert codes.shape == (rows, 2) and codes[:, 0].max() < 3 and codes[:, 1].max() < 5
         np.testing.assert_array_less(
-            np.abs(np.bincount(codes[:, 0], minlength=3) - rows * plan[0][2][0]), 2.0
+            np.abs(np.bincount(codes[:, 0], minlength=3) - rows * plan[0][2][0]), ROUNDING
         )
         for g, row in enumerate(joint1):
             members = codes[codes[:, 0] == g, 1]
             p = row / row.sum() if row.sum() > 0 else np.full(5, 0.2)
-            np.testing.assert_array_less(np.abs(np.bincount(members, minlength=5) - len(members) * p), 2.0)
+            np.testing.assert_array_less(
+                np.abs(np.bincount(members, minlength=5) - len(members) * p), ROUNDING
+            )
 
 
 def test_host_oracle_equals_mbi_message_passing():
