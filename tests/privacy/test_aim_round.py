@@ -70,10 +70,16 @@ CODES_PRIME = np.vstack([CODES, [ADDED]])
 D, D_PRIME = (jaxdp.Dataset.from_codes(DOMAIN, codes) for codes in (CODES, CODES_PRIME))
 
 
-def _aim(data, workload=ONE_WAY, **kw):
+# AIM-GEM shares AIM's selection and measurement code but scores against its generator's
+# answers, so it is recorded and attacked the same way (its generator's 200-step prefix fit ties
+# the scores to within 1e-3 of the sensitivity).
+FACTORIES = {"aim": jaxdp.aim, "aim-gem": jaxdp.aim_gem}
+
+
+def _build(factory, data):
     """Budget for epsilon_t = 1 and sigma_t = 2 in the first adaptive round (rho / T = 0.25, split
     evenly); 8 rounds so round 1 is not the filter's last. iters: the prefix's fit converges."""
-    return jaxdp.aim(data, workload, rho=2.0, alpha=0.5, max_rounds=8, iters=200, final_iters=1, **kw)
+    return factory(data, ONE_WAY, rho=2.0, alpha=0.5, max_rounds=8, iters=200, final_iters=1)
 
 
 def _true_counts(codes: np.ndarray, attributes) -> np.ndarray:
@@ -195,16 +201,21 @@ def _reveal(value) -> np.ndarray:
     return np.asarray(revealed, np.float64)
 
 
-@pytest.fixture(scope="module")
-def honest():
-    return _recorded_rounds(_aim)
+@pytest.fixture(scope="module", params=sorted(FACTORIES))
+def factory(request):
+    return FACTORIES[request.param]
 
 
 @pytest.fixture(scope="module")
-def halved():
-    """AIM with a factory bug: half its true l1 and l2 sensitivities declared."""
+def honest(factory):
+    return _recorded_rounds(lambda data: _build(factory, data))
+
+
+@pytest.fixture(scope="module")
+def halved(factory):
+    """A factory bug: half the true l1 and l2 sensitivities declared."""
     return _recorded_rounds(
-        lambda data: dataclasses.replace(_aim(data), l1_sensitivity=0.5, l2_sensitivity=0.5)
+        lambda data: dataclasses.replace(_build(factory, data), l1_sensitivity=0.5, l2_sensitivity=0.5)
     )
 
 
@@ -215,7 +226,7 @@ def test_neighbours_are_a_worst_case(honest):
     selection, selection_prime = honest["selection"]
     sensitivity = selection.kwargs["sensitivity"]
     scores, scores_prime = _reveal(selection.value), _reveal(selection_prime.value)
-    assert np.ptp(scores) == 0.0
+    assert np.ptp(scores) <= 1e-3 * sensitivity
     np.testing.assert_allclose(scores_prime - scores, np.array([-1, 1, 1, 1]) * sensitivity, atol=1e-5)
     for part in ("round 0 measurement", "measurement"):
         true, true_prime = TRUE[part]
@@ -241,13 +252,20 @@ def test_aim_round_keeps_its_claims(honest, part):
 
 @pytest.mark.parametrize("control", ["half the noise", "no noise"])
 @pytest.mark.parametrize("part", PARTS)
-def test_aim_round_controls_break_its_claims(honest, part, control, broken_noise):
+def test_aim_round_controls_break_its_claims(factory, honest, part, control, broken_noise):
     """Broken primitives replaying AIM's calls exceed the honest claim, each part on its own.
 
     Half the noise over 5 seeds (mean, sd): selection 1.62, 0.025 (claim 1); measurement 1.86,
     0.039 (claim 1.13); round 0 measurement 4.28, 0.12 (claim 2.75); no noise: about 8 for each.
     False-failure rate: every claim is more than 12 standard deviations below the mean.
+
+    AIM-GEM's selection under "no noise" is left out: its generator ties the scores only to
+    within 1e-3, so a noiseless argmax picks the same (highest) candidate on D and D' (D' lowers
+    candidate 0 and raises the others alike) and the fixed neighbours cannot tell. Its selection
+    is still caught by half the noise and by the halved-sensitivity bug below.
     """
+    if factory is jaxdp.aim_gem and part == "selection" and control == "no noise":
+        pytest.skip("noiseless argmax over near-tied scores does not move between these neighbours")
     calls = honest[part]
     claim = _claim(calls[0])
     broken_noise(control)
@@ -278,16 +296,18 @@ def test_aim_round_heavy(honest, halved, part):
     assert _bound(part, halved[part], 901, sigma, N_SLOW, DELTA) > claim
 
 
-def test_declared_sensitivities_bound_every_neighbour():
+@pytest.mark.parametrize("factory", [jaxdp.aim, jaxdp.aim_gem], ids=["aim", "aim-gem"])
+def test_declared_sensitivities_bound_every_neighbour(factory):
     """Exact check of Delta_t = max w_r with non-unit weights: a 2-way
     workload (1-way candidates w = 3, 2-way w = 6), every neighbour D + x (all 16 records x) and
     D - x (every record type present): the adaptive round's scores move by at most the declared
     sensitivity, and the largest move over the neighbours equals it (the declaration is tight).
-    Deterministic."""
+    Deterministic. Also run for AIM-GEM, which shares AIM's selection code but scores against its
+    generator's answers (a different public model state, so the bound is checked there too)."""
     two_way = all_kway(DOMAIN.sizes, 2)
 
     def make(data):
-        return jaxdp.aim(data, two_way, rho=2.0, alpha=0.5, max_rounds=8, iters=1, final_iters=1)
+        return factory(data, two_way, rho=2.0, alpha=0.5, max_rounds=8, iters=1, final_iters=1)
 
     mechanism = make(D)
     assert sorted(set(mechanism.weights)) == [3.0, 6.0]
