@@ -98,13 +98,25 @@ def gumbel_scale(sensitivity: float, rho: float, count: int = 1) -> float:
     return float32_ceil(2.0 * sensitivity / epsilon * (1.0 + _CALIBRATION_MARGIN))
 
 
+# The primitives a mechanism plans with, by its `noise` option ("discrete" is exact; "float" is
+# for speed experiments, see jaxdp.noise).
+MEASURE_PRIMITIVE = {"discrete": "discrete_gaussian", "float": "gaussian"}
+SELECT_PRIMITIVE = {"discrete": "discrete_exponential", "float": "exponential"}
+TOP_K_PRIMITIVE = {"discrete": "discrete_top_k", "float": "gumbel_top_k"}
+
+
 def charge_rho(primitive: str, sensitivity: float, scale: float, count: int = 1) -> float:
-    """The rho of one ledger entry, recomputed from what the primitive actually used."""
-    if primitive == "gaussian":
+    """The rho of one ledger entry, recomputed from what the primitive actually used.
+
+    The discrete Gaussian's variance parameter is at least scale^2 and its rho is the continuous
+    one's (Canonne, Kamath & Steinke 2020); the exact exponential mechanism's epsilon is at most
+    2 sensitivity / scale (jaxdp.noise.discrete_exponential).
+    """
+    if primitive in ("gaussian", "discrete_gaussian"):
         return gaussian_rho(sensitivity, scale)
-    if primitive == "laplace":
+    if primitive in ("laplace", "discrete_laplace"):
         return laplace_rho(sensitivity, scale)
-    if primitive in ("exponential", "gumbel_top_k"):
+    if primitive in ("exponential", "gumbel_top_k", "discrete_exponential", "discrete_top_k"):
         return exponential_rho(2.0 * sensitivity / scale, count)
     raise ValueError(f"unknown primitive {primitive!r}")
 

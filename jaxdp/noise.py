@@ -6,8 +6,14 @@ and returns a `Charge` describing the invocation, which the mechanism puts in it
 the ledger records it. Costs are computed by `jaxdp.accounting.charge_rho` from what is recorded
 here.
 
-All draws are float32 (TPU-safe). Known limitations (docs/privacy.md): floating-point noise is
-open to Mironov-style attacks on the low-order bits; jax.random is not a CSPRNG.
+Two kinds of primitive (the `noise=` option of every mechanism, `NOISES`):
+- "discrete" (the default): integer counts plus exact discrete Gaussian or discrete Laplace
+  noise, and selection by an exponential mechanism on scores quantised to a public grid, all
+  sampled exactly with integer arithmetic (`jaxdp.samplers`, Canonne, Kamath & Steinke 2020).
+- "float": float32 Gaussian/Laplace noise and Gumbel-max selection. Faster, but floating-point
+  noise does not meet the delta it states (Mironov 2012; docs/privacy.md measures by how much):
+  kept for speed experiments only.
+jax.random is not a vetted CSPRNG (docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -17,10 +23,28 @@ import math
 import jax
 import jax.numpy as jnp
 
+from jaxdp import samplers
 from jaxdp.keys import require_key
 from jaxdp.types import Array, Charge, Key, Sensitive
 
-PRIMITIVES = ("gaussian", "laplace", "exponential", "gumbel_top_k")
+PRIMITIVES = (
+    "gaussian",
+    "laplace",
+    "exponential",
+    "gumbel_top_k",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "discrete_exponential",
+    "discrete_top_k",
+)
+NOISES = ("discrete", "float")
+
+# Selection quantises scores to a grid of sensitivity / GRID_STEPS. Flooring adds at most one
+# step to the quantised scores' sensitivity and float32 evaluation of score * GRID_STEPS /
+# sensitivity at most one more, so the exact sampler uses sensitivity GRID_STEPS + 2 steps.
+GRID_STEPS = 64
+_QUANTISED_SENSITIVITY = GRID_STEPS + 2
+_SCORE_LIMIT = 2**30  # quantised scores are clipped to +-2^30 grid steps (post-processing)
 
 
 def _static_positive(value: object, name: str) -> float:
@@ -153,3 +177,214 @@ def gumbel_top_k(
     logits = _noisy_logits(key, x, scale, mask)
     _, indices = jax.lax.top_k(logits, k)
     return indices.astype(jnp.int32), _charge("gumbel_top_k", sensitivity, scale, k)
+
+
+# --- exact primitives ----------------------------------------------------------------------------
+
+
+def _integer_counts(value: Sensitive, name: str) -> Array:
+    x = _reveal(value, name)
+    if not jnp.issubdtype(jnp.asarray(x).dtype, jnp.integer):
+        raise TypeError(
+            f"{name} must be integer counts (got dtype {jnp.asarray(x).dtype}); discrete noise "
+            "is added to integers, and fractions are formed after the noise"
+        )
+    return jnp.asarray(x).astype(jnp.int32)
+
+
+def discrete_gaussian(
+    key: Key, counts: Sensitive, *, sigma: float, sensitivity: float
+) -> tuple[Array, Charge]:
+    """Release `counts + Y`, Y i.i.d. discrete Gaussian N_Z(0, s^2) with s^2 >= sigma^2 (exact).
+
+    Args:
+        key: typed key (use a MEASURE stream key).
+        counts: integer counts, any shape (int32).
+        sigma: the planned noise scale in counts, fixed on the host. The sampler's variance
+            parameter is the rational `samplers.gaussian_lattice(sigma).variance`, sigma^2
+            rounded up by at most a relative 2^-10.
+        sensitivity: L2 sensitivity of `counts` under the mechanism's neighbouring relation.
+
+    Returns:
+        (int32 noisy counts with the shape of counts, Charge).
+
+    Privacy:
+        rho = sensitivity^2 / (2 sigma^2) zCDP (Canonne, Kamath & Steinke 2020, Thm. 4 for one
+        integer coordinate; for a vector, Renyi divergences of independent coordinates add, so
+        the same bound holds with the L2 sensitivity). Sampled exactly except for the truncation
+        at |Y| <= 32 sigma or more (`jaxdp.samplers`, docs/privacy.md).
+    """
+    key = require_key(key)
+    sigma = _static_positive(sigma, "sigma")
+    sensitivity = _static_positive(sensitivity, "sensitivity")
+    x = _integer_counts(counts, "counts")
+    lattice = samplers.gaussian_lattice(sigma)
+    noisy = x + samplers.discrete_gaussian(key, x.shape, lattice)
+    return noisy, _charge("discrete_gaussian", sensitivity, sigma)
+
+
+def discrete_laplace(
+    key: Key, counts: Sensitive, *, scale: float, sensitivity: float
+) -> tuple[Array, Charge]:
+    """Release `counts + Y`, Y i.i.d. discrete Laplace Lap_Z(b), P(y) ~ exp(-|y| / b), b >= scale.
+
+    Privacy:
+        (sensitivity / scale)-DP for L1 sensitivity `sensitivity` (integer-valued queries), i.e.
+        rho = epsilon^2 / 2.
+    """
+    key = require_key(key)
+    scale = _static_positive(scale, "scale")
+    sensitivity = _static_positive(sensitivity, "sensitivity")
+    x = _integer_counts(counts, "counts")
+    t, s = samplers.laplace_lattice(scale)
+    noisy = x + samplers.discrete_laplace(key, x.shape, t, s)
+    return noisy, _charge("discrete_laplace", sensitivity, scale)
+
+
+def _selection_rate(scale: float, sensitivity: float) -> tuple[int, int]:
+    """The exponent per grid step as a rational rate_numerator / rate_denominator, rounded down.
+
+    The ideal mechanism samples with probability ~ exp(score / scale), epsilon = 2 sensitivity /
+    scale. On quantised scores of sensitivity _QUANTISED_SENSITIVITY steps, the same epsilon
+    allows epsilon / (2 _QUANTISED_SENSITIVITY) per step: sensitivity / (scale * (GRID_STEPS + 2)).
+    """
+    rate = sensitivity / (scale * _QUANTISED_SENSITIVITY)
+    denominator = 2**12
+    while rate * denominator < 2**12 and denominator < 2**31:
+        denominator *= 2
+    numerator = math.floor(rate * denominator * (1.0 - 1e-12))
+    if not 1 <= numerator < 2**32:
+        raise ValueError(f"selection scale {scale!r} is out of range for sensitivity {sensitivity!r}")
+    return numerator, denominator
+
+
+def _quantised_gaps(scores: Array, sensitivity: float, mask: Array | None) -> tuple[Array, Array]:
+    """(gaps below the best eligible quantised score, eligible) for the exact sampler."""
+    steps = jnp.floor(scores.astype(jnp.float32) * jnp.float32(GRID_STEPS / sensitivity))
+    quantised = jnp.clip(steps, -_SCORE_LIMIT, _SCORE_LIMIT).astype(jnp.int32)
+    eligible = jnp.ones(quantised.shape, bool) if mask is None else jnp.asarray(mask, bool)
+    best = jnp.max(jnp.where(eligible, quantised, -_SCORE_LIMIT))
+    return jnp.where(eligible, best - quantised, 0).astype(jnp.uint32), eligible
+
+
+def discrete_exponential(
+    key: Key, scores: Sensitive, *, scale: float, sensitivity: float, mask: Array | None = None
+) -> tuple[Array, Charge]:
+    """Exponential mechanism sampled exactly on scores quantised to a public grid.
+
+    Scores are floored to multiples of g = sensitivity / GRID_STEPS; candidate i is drawn with
+    probability exactly proportional to exp(-rate * gap_i), gap_i its distance in steps below the
+    best eligible candidate, by integer rejection sampling (`samplers.exponential_choice`).
+
+    Args:
+        key: typed key (use a SELECT stream key).
+        scores: (n_candidates,) private float scores (higher is better).
+        scale: 2 * sensitivity / epsilon, fixed by the plan (`accounting.gumbel_scale`).
+        sensitivity: sensitivity of each score under the neighbouring relation.
+        mask: optional (n_candidates,) bool of eligible candidates (public); at least one True.
+
+    Returns:
+        (int32 index of the selected candidate, Charge).
+
+    Privacy:
+        The quantised scores have sensitivity GRID_STEPS + 2 steps (flooring adds one, float32
+        evaluation of the scaling at most one more while |score| < 2^17 sensitivity); the rate
+        per step is rounded down from epsilon / (2 (GRID_STEPS + 2)), so the sampled law is
+        exactly an epsilon'-exponential mechanism with epsilon' <= epsilon = 2 sensitivity /
+        scale: epsilon-DP and epsilon^2 / 8 zCDP (bounded range, Cesar & Rogers 2021).
+    """
+    key = require_key(key)
+    scale = _static_positive(scale, "scale")
+    sensitivity = _static_positive(sensitivity, "sensitivity")
+    numerator, denominator = _selection_rate(scale, sensitivity)
+    gaps, eligible = _quantised_gaps(_reveal(scores, "scores"), sensitivity, mask)
+    choice = samplers.exponential_choice(key, gaps, eligible, numerator, denominator)
+    return choice, _charge("discrete_exponential", sensitivity, scale)
+
+
+def discrete_top_k(
+    key: Key,
+    scores: Sensitive,
+    *,
+    k: int,
+    scale: float,
+    sensitivity: float,
+    mask: Array | None = None,
+) -> tuple[Array, Charge]:
+    """k exact exponential-mechanism selections without replacement (`discrete_exponential`, in
+    sequence, each masking out those chosen before).
+
+    Returns:
+        ((k,) int32 indices in the order chosen; Charge with count k).
+
+    Privacy:
+        k selections at epsilon = 2 sensitivity / scale each: k epsilon^2 / 8 zCDP.
+    """
+    key = require_key(key)
+    scale = _static_positive(scale, "scale")
+    sensitivity = _static_positive(sensitivity, "sensitivity")
+    x = _reveal(scores, "scores")
+    if not isinstance(k, int) or not 1 <= k <= x.shape[-1]:
+        raise ValueError(f"k must be an integer in [1, {x.shape[-1]}] (the candidates), got {k!r}")
+    numerator, denominator = _selection_rate(scale, sensitivity)
+    eligible = jnp.ones(x.shape, bool) if mask is None else jnp.asarray(mask, bool)
+
+    def pick(eligible, sub):
+        gaps, ok = _quantised_gaps(x, sensitivity, eligible)
+        choice = samplers.exponential_choice(sub, gaps, ok, numerator, denominator)
+        return eligible.at[choice].set(False), choice
+
+    _, chosen = jax.lax.scan(pick, eligible, jax.random.split(key, k))
+    return chosen.astype(jnp.int32), _charge("discrete_top_k", sensitivity, scale, k)
+
+
+# --- dispatch on the noise option ----------------------------------------------------------------
+
+
+def measure_counts(
+    key: Key, counts: Sensitive, *, sigma: float, sensitivity: float, noise: str
+) -> tuple[Array, Charge]:
+    """Gaussian measurement of integer counts: float32 noisy counts and the Charge.
+
+    noise="discrete": `discrete_gaussian` (integers, exact); noise="float": `gaussian` on the
+    counts cast to float32. sigma and sensitivity are in counts.
+    """
+    if noise == "discrete":
+        noisy, charge = discrete_gaussian(key, counts, sigma=sigma, sensitivity=sensitivity)
+        return noisy.astype(jnp.float32), charge
+    _check_noise(noise)
+    return gaussian(
+        key, counts.map(lambda c: jnp.asarray(c, jnp.float32)), sigma=sigma, sensitivity=sensitivity
+    )
+
+
+def select(
+    key: Key, scores: Sensitive, *, scale: float, sensitivity: float, noise: str, mask: Array | None = None
+) -> tuple[Array, Charge]:
+    """One exponential-mechanism selection: `discrete_exponential` or (float) `exponential`."""
+    if noise == "discrete":
+        return discrete_exponential(key, scores, scale=scale, sensitivity=sensitivity, mask=mask)
+    _check_noise(noise)
+    return exponential(key, scores, scale=scale, sensitivity=sensitivity, mask=mask)
+
+
+def select_top_k(
+    key: Key,
+    scores: Sensitive,
+    *,
+    k: int,
+    scale: float,
+    sensitivity: float,
+    noise: str,
+    mask: Array | None = None,
+) -> tuple[Array, Charge]:
+    """k selections without replacement: `discrete_top_k` or (float) `gumbel_top_k`."""
+    if noise == "discrete":
+        return discrete_top_k(key, scores, k=k, scale=scale, sensitivity=sensitivity, mask=mask)
+    _check_noise(noise)
+    return gumbel_top_k(key, scores, k=k, scale=scale, sensitivity=sensitivity, mask=mask)
+
+
+def _check_noise(noise: str) -> None:
+    if noise not in NOISES:
+        raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")

@@ -137,6 +137,31 @@ def private_fractions(data: Dataset, workload: MarginalWorkload, mesh: Mesh | No
     return private_codes(data, mesh).map(_sharded_fractions_jit, workload, mesh, len(data))
 
 
+_counts_jit = jax.jit(lambda codes, workload: marginal_counts(codes, workload, jnp.int32), static_argnums=1)
+
+
+def _sharded_counts(codes: Array, workload: MarginalWorkload, mesh: Mesh, n_records: int) -> Array:
+    return sharded_marginal_counts(codes, workload, mesh=mesh, n_records=n_records, dtype=jnp.int32)
+
+
+_sharded_counts_jit = jax.jit(_sharded_counts, static_argnums=(1, 2, 3))
+
+
+def private_counts(data: Dataset, workload: MarginalWorkload, mesh: Mesh | None = None) -> Sensitive:
+    """The workload's true answers as int32 counts, as a private leaf: what exact (discrete)
+    measurements add integer noise to. Under replace-one, mechanisms divide the noisy counts by
+    the public n after the noise (`count_unit`)."""
+    if mesh is None:
+        return private_codes(data).map(_counts_jit, workload)
+    return private_codes(data, mesh).map(_sharded_counts_jit, workload, mesh, len(data))
+
+
+def count_unit(relation: Neighboring, n_records: int) -> float:
+    """What one count is worth in a mechanism's answers: 1 under add/remove, 1 / n (public)
+    under replace-one. Noisy counts times this are the noisy answers (post-processing)."""
+    return 1.0 if relation is Neighboring.ADD_REMOVE else 1.0 / n_records
+
+
 def round_shares(rho_budget: float, rounds: int, alpha: float) -> tuple[float, float]:
     """(rho of one round's selection, rho of its measurement) under the Adaptive Measurements
     split: epsilon_0 = sqrt(2 rho / (T (alpha^2 + (1 - alpha)^2))), selection at 2 alpha
