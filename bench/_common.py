@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -36,12 +37,29 @@ def environment() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[pkg] = None
     return {
+        "commit": git_commit(),
         "device": f"{dev.platform}:{getattr(dev, 'device_kind', '?')}",
         "n_devices": jax.device_count(),
         "host_cpu": cpu,
         "host_cores": os.cpu_count(),
         "versions": versions,
     }
+
+
+def git_commit() -> str | None:
+    """`git describe --always --dirty` of the checkout the benchmark runs from (None outside git):
+    every record names the code it measured."""
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def block(x: Any) -> Any:
