@@ -160,6 +160,13 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=1000, help="mirror-descent cap per round")
     parser.add_argument("--final-iters", type=int, default=3000, help="cap for the last round")
     parser.add_argument(
+        "--noise",
+        nargs="+",
+        default=["discrete"],
+        choices=("discrete", "float"),
+        help="noise kinds to run; several run side by side, alternating within each seed",
+    )
+    parser.add_argument(
         "--tol",
         type=lambda v: None if v == "none" else float(v),
         default=1e-2,
@@ -180,14 +187,15 @@ def main() -> None:
     workload = all_kway(data.domain.sizes, 3)
     recorder = Recorder(args.out)
     for seed in args.seeds:
-        options = {"iters": args.iters, "final_iters": args.final_iters, "tol": args.tol}
-        row = run_once(data, workload, seed, args.epsilon, args.delta, **options)
-        recorder.emit(
-            "aim",
-            {"attributes": args.attributes, "marginals": len(workload), "records": len(data)},
-            **options,
-            **row,
-        )
+        for noise in args.noise:
+            options = {"iters": args.iters, "final_iters": args.final_iters, "tol": args.tol, "noise": noise}
+            row = run_once(data, workload, seed, args.epsilon, args.delta, **options)
+            recorder.emit(
+                "aim",
+                {"attributes": args.attributes, "marginals": len(workload), "records": len(data)},
+                **options,
+                **row,
+            )
 
 
 if __name__ == "__main__":

@@ -60,6 +60,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--official", action="store_true", help="also run the official learning rate 1e-4")
     parser.add_argument("--out", help="append JSON lines to this file")
+    parser.add_argument(
+        "--noise",
+        nargs="+",
+        default=["discrete"],
+        choices=("discrete", "float"),
+        help="noise kinds to run; several run side by side, alternating within each seed",
+    )
     args = parser.parse_args()
     recorder = Recorder(args.out)
     data = jaxdp.datasets.load("adult")
@@ -69,10 +76,12 @@ def main() -> None:
     if args.official:
         configs["official-lr-1e-4"] = {"learning_rate": 1e-4}
     sizes = {"records": len(data), "marginals": len(workload), "queries": workload.n_queries, "rounds": 50}
-    for name, options in configs.items():
+    for name, config in configs.items():
         for seed in args.seeds:
-            fields = run_once(data, workload, true, seed, **options)
-            recorder.emit("gem_end_to_end", sizes, config=name, options=options, seed=seed, **fields)
+            for noise in args.noise:
+                options = {**config, "noise": noise}
+                fields = run_once(data, workload, true, seed, **options)
+                recorder.emit("gem_end_to_end", sizes, config=name, options=options, seed=seed, **fields)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ import time
 
 import jax
 import jax.numpy as jnp
+from _common import Recorder, block, compile_seconds, load_average
 
-from bench._common import Recorder, block, compile_seconds, load_average
 from jaxdp import noise
 from jaxdp.types import Sensitive
 
