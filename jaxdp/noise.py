@@ -40,11 +40,14 @@ PRIMITIVES = (
 NOISES = ("discrete", "float")
 
 # Selection quantises scores to a grid of sensitivity / GRID_STEPS. Flooring adds at most one
-# step to the quantised scores' sensitivity and float32 evaluation of score * GRID_STEPS /
-# sensitivity at most one more, so the exact sampler uses sensitivity GRID_STEPS + 2 steps.
+# step to the quantised scores' sensitivity, and float32 evaluation of score * GRID_STEPS /
+# sensitivity at most one more (half a step each way) because the scaled scores are clipped to
+# +-2^23 steps, where float32 resolves half-steps: the exact sampler uses GRID_STEPS + 2 steps.
+# The clip saturates scores beyond 2^17 sensitivities from zero; clipping never increases
+# sensitivity.
 GRID_STEPS = 64
 _QUANTISED_SENSITIVITY = GRID_STEPS + 2
-_SCORE_LIMIT = 2**30  # quantised scores are clipped to +-2^30 grid steps (post-processing)
+_SCORE_LIMIT = 2**23
 
 
 def _static_positive(value: object, name: str) -> float:
@@ -260,8 +263,10 @@ def _selection_rate(scale: float, sensitivity: float) -> tuple[int, int]:
 
 def _quantised_gaps(scores: Array, sensitivity: float, mask: Array | None) -> tuple[Array, Array]:
     """(gaps below the best eligible quantised score, eligible) for the exact sampler."""
-    steps = jnp.floor(scores.astype(jnp.float32) * jnp.float32(GRID_STEPS / sensitivity))
-    quantised = jnp.clip(steps, -_SCORE_LIMIT, _SCORE_LIMIT).astype(jnp.int32)
+    scaled = jnp.clip(
+        scores.astype(jnp.float32) * jnp.float32(GRID_STEPS / sensitivity), -_SCORE_LIMIT, _SCORE_LIMIT
+    )
+    quantised = jnp.floor(scaled).astype(jnp.int32)
     eligible = jnp.ones(quantised.shape, bool) if mask is None else jnp.asarray(mask, bool)
     best = jnp.max(jnp.where(eligible, quantised, -_SCORE_LIMIT))
     return jnp.where(eligible, best - quantised, 0).astype(jnp.uint32), eligible
@@ -288,7 +293,8 @@ def discrete_exponential(
 
     Privacy:
         The quantised scores have sensitivity GRID_STEPS + 2 steps (flooring adds one, float32
-        evaluation of the scaling at most one more while |score| < 2^17 sensitivity); the rate
+        evaluation of the scaling at most one more, the scaled scores being clipped to +-2^23
+        steps, i.e. scores saturate beyond 2^17 sensitivities from zero); the rate
         per step is rounded down from epsilon / (2 (GRID_STEPS + 2)), so the sampled law is
         exactly an epsilon'-exponential mechanism with epsilon' <= epsilon = 2 sensitivity /
         scale: epsilon-DP and epsilon^2 / 8 zCDP (bounded range, Cesar & Rogers 2021).
