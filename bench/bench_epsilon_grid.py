@@ -21,8 +21,10 @@ distance of normalised marginals, AIM's metric) and max_abs (largest error of an
 Wall time is build + run + release (the first run of a mechanism at an epsilon compiles).
 
 Runs are appended one JSON line per (mechanism, epsilon, seed) to --out, and a rerun skips the
-points already there, so a killed run loses at most the point in progress. Seeds are the outer
-loop: a partial run covers the whole grid at fewer seeds.
+points already measured on the same commit (a dirty tree resumes nothing), so a killed run loses
+at most the point in progress. The table and figure use only the points of the commit of the last
+record: points measured on other code are dropped. Seeds are the outer loop: a partial run covers
+the whole grid at fewer seeds.
 
     PYTHONPATH=. python bench/bench_epsilon_grid.py          # 3 seeds, resumes
     python bench/bench_epsilon_grid.py --seeds 0 1 2 3 4     # add seeds 3 and 4
@@ -37,7 +39,7 @@ import sys
 import time
 
 import jax
-from _common import Recorder, load_average
+from _common import Recorder, git_commit, load_average
 from _plots import plot_error_vs_epsilon, read_jsonl, summarise, write_csv
 from bench_aim import SIX, load_adult
 
@@ -60,10 +62,12 @@ METRICS = ("mean_l1", "max_abs")
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
-def done_points(path: str) -> set[tuple[str, float, int]]:
-    if not os.path.exists(path):
+def done_points(path: str, commit: str | None) -> set[tuple[str, float, int]]:
+    """Points already measured on this exact commit (none when the tree is dirty or unknown)."""
+    if not os.path.exists(path) or commit is None or commit.endswith("-dirty"):
         return set()
-    return {(r["mechanism"], r["epsilon"], r["seed"]) for r in read_jsonl(path, KERNEL)}
+    records = read_jsonl(path, KERNEL)
+    return {(r["mechanism"], r["epsilon"], r["seed"]) for r in records if r.get("commit") == commit}
 
 
 def run_point(data, workload, name: str, epsilon: float, seed: int) -> dict:
@@ -108,6 +112,9 @@ def table(rows: list[dict]) -> str:
 
 def report(path: str, stem: str) -> None:
     records = read_jsonl(path, KERNEL)
+    latest = records[-1].get("commit") if records else None
+    records = [r for r in records if r.get("commit") == latest]
+    print(f"{len(records)} points measured on commit {latest}")
     for r in records:  # summarise reads includes_compile; every point builds its own mechanism
         r.setdefault("includes_compile", True)
     rows = summarise(records, sources=("records",), metrics=METRICS)
@@ -134,7 +141,7 @@ def main() -> None:
             return
         workload = all_kway(data.domain.sizes, 3)
         recorder = Recorder(args.out)
-        done = done_points(args.out)
+        done = done_points(args.out, git_commit())
         sizes = {"attributes": list(SIX), "records": len(data), "marginals": len(workload)}
         for seed in args.seeds:
             for epsilon in args.epsilons:
