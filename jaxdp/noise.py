@@ -205,7 +205,7 @@ def discrete_gaussian(
         counts: integer counts, any shape (int32).
         sigma: the planned noise scale in counts, fixed on the host. The sampler's variance
             parameter is the rational `samplers.gaussian_lattice(sigma).variance`, sigma^2
-            rounded up by at most a relative 2^-10.
+            rounded up by at most a relative 2^-10 (for sigma >= 0.03).
         sensitivity: L2 sensitivity of `counts` under the mechanism's neighbouring relation.
 
     Returns:

@@ -18,7 +18,8 @@ Nothing here touches private data: `jaxdp.noise` adds these draws to private val
 
 Ranges (int32/uint32 arithmetic, no x64 needed): the discrete Gaussian takes sigma in
 [`SIGMA_MIN`, `SIGMA_MAX`]; its variance sigma^2 is the rational c * t / k of `GaussianLattice`,
-rounded up from the requested value by a relative 2^-10 at most. The Laplace proposal of the
+rounded up from the requested value by a relative 2^-10 at most for sigma >= 0.03 (coarser below,
+where 32-bit arithmetic bounds the denominator; never below the requested value). The Laplace proposal of the
 Gaussian sampler is truncated at `GaussianLattice.cap` >= 32 sigma, so the law drawn is the
 discrete Gaussian conditioned on |y| <= cap: its total-variation distance from the discrete
 Gaussian is below exp(-500) (docs/privacy.md states what this means for the guarantee).
@@ -41,7 +42,7 @@ from jaxdp.types import Array, Key
 
 SIGMA_MIN = 2.0**-6
 SIGMA_MAX = 46_000.0  # the acceptance denominator 2 c k t must stay below 2^32
-_PRECISION = 2**10  # k * sigma >= 2^10: sigma^2 is rounded up by a relative 2^-10 at most
+_PRECISION = 2**10  # k sigma^2 / t >= 2^10: sigma^2 is rounded up by a relative 2^-10 at most
 _WORD = 2**32
 _FACTORIAL_DIGITS = 10  # Bernoulli(1/j), j = 2..10, from one word
 _FACTORIAL_LIMIT = math.factorial(_FACTORIAL_DIGITS) * (_WORD // math.factorial(_FACTORIAL_DIGITS))
@@ -55,7 +56,7 @@ class GaussianLattice:
     """Integer parameters of a discrete Gaussian with variance sigma^2 = c * t / k (exact).
 
     t: scale of the discrete Laplace proposal (floor(sigma) + 1, as CKS20 Algorithm 3).
-    k: denominator, a power of two with k * sigma >= 2^10 (or 1 for sigma >= 2^10).
+    k: denominator, a power of two with k sigma^2 / t >= 2^10 where 32 bits allow.
     c: ceil(sigma^2 k / t), so that sigma^2 = c t / k >= the requested sigma^2.
     cap: the largest |y| the proposal keeps (>= 32 sigma; k * cap + c < 2^32).
     """
@@ -79,6 +80,11 @@ class GaussianLattice:
 def gaussian_lattice(sigma: float) -> GaussianLattice:
     """The exact lattice parameters for a discrete Gaussian of scale at least `sigma`.
 
+    sigma^2 = c t / k with c = ceil(sigma^2 k / t): the excess is below t / k, a relative
+    t / (k sigma^2). k is the smallest power of two making that at most 2^-10, unless the
+    acceptance denominator 2 c k t would reach 2^32 (only for sigma below about 0.03), where k is
+    the largest power of two that fits.
+
     Raises:
         ValueError: sigma outside [SIGMA_MIN, SIGMA_MAX].
     """
@@ -91,15 +97,20 @@ def gaussian_lattice(sigma: float) -> GaussianLattice:
         )
     target = Fraction(sigma) ** 2
     t = math.floor(sigma) + 1
+
+    def lattice(k: int) -> GaussianLattice:
+        c = math.ceil(target * k / t)
+        return GaussianLattice(t=t, k=k, c=c, cap=min((_WORD - 1 - c) // k, 2**30))
+
+    def fits(candidate: GaussianLattice) -> bool:
+        return candidate.denominator < _WORD and candidate.cap >= 32 * sigma
+
     k = 1
-    while k * sigma < _PRECISION:
+    while target * k / t < _PRECISION and fits(lattice(2 * k)):
         k *= 2
-    c = math.ceil(target * k / t)
-    cap = (_WORD - 1 - c) // k
-    cap = min(cap, 2**30)
-    lattice = GaussianLattice(t=t, k=k, c=c, cap=cap)
-    assert lattice.variance >= target and lattice.denominator < _WORD and cap >= 32 * sigma
-    return lattice
+    chosen = lattice(k)
+    assert chosen.variance >= target and fits(chosen)
+    return chosen
 
 
 def laplace_lattice(scale: float) -> tuple[int, int]:
