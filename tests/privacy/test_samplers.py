@@ -1,4 +1,7 @@
-"""Distribution tests of the noise primitives in `jaxdp.noise`, each with a negative control.
+"""Distribution tests of the float noise primitives in `jaxdp.noise` (`gaussian`, `laplace`,
+`exponential`, `gumbel_top_k`: the `noise="float"` option, kept for speed experiments), each with
+a negative control. The default `noise="discrete"` primitives and the exact samplers under them
+are tested against their exact laws in `test_exact_samplers.py`.
 
 Every test draws its samples from a fixed key, so a run is deterministic; the false-failure rate
 stated in a docstring is the probability, over a uniformly random key, that a correct sampler
