@@ -31,11 +31,12 @@ def environment() -> dict[str, Any]:
     except OSError:
         pass
     versions = {"python": platform.python_version()}
-    for pkg in ("jax", "jaxlib", "numpy", "jaxdp"):
+    # jaxdp's distribution is jaxdp-synth ("jaxdp" on PyPI is an unrelated project).
+    for key, dist in (("jax", "jax"), ("jaxlib", "jaxlib"), ("numpy", "numpy"), ("jaxdp", "jaxdp-synth")):
         try:
-            versions[pkg] = metadata.version(pkg)
+            versions[key] = metadata.version(dist)
         except metadata.PackageNotFoundError:
-            versions[pkg] = None
+            versions[key] = None
     return {
         "commit": git_commit(),
         "device": f"{dev.platform}:{getattr(dev, 'device_kind', '?')}",

@@ -171,7 +171,10 @@ def main() -> None:
     try:
         pgm.require_mbi()
     except ImportError:
-        print("peers: skipped, mbi is not installed (pip install 'jaxdp[pgm]')", file=sys.stderr)
+        print(
+            "peers: skipped, mbi is not installed (pip install 'mbi>=2.0', or pip install -e '.[pgm]' here)",
+            file=sys.stderr,
+        )
         return
     data = load_adult(6)
     if data is None:

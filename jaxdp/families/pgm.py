@@ -49,7 +49,7 @@ def require_mbi() -> Any:
             warnings.simplefilter("ignore")
             import mbi
     except ImportError as err:  # pragma: no cover - exercised only without the extra
-        raise ImportError('AIM needs Private-PGM (the `mbi` package): pip install "jaxdp[pgm]"') from err
+        raise ImportError('AIM needs Private-PGM (the `mbi` package): pip install "mbi>=2.0"') from err
     return mbi
 
 
