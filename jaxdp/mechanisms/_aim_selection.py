@@ -5,6 +5,9 @@ model) and `AimGem` (a GEM generator).
 What is shared, and the same in both:
 - candidates: the downward closure W+ of the workload, weights w_r = sum_s c_s |r ∩ s|;
 - round 0 (Algorithm 3): one Gaussian measurement of every 1-way candidate marginal;
+- integer counts measured with exact discrete Gaussian noise and selection by the exact
+  exponential mechanism (`noise="discrete"`, the default), or float32 noise and Gumbel-max
+  (`noise="float"`, see `jaxdp.noise`);
 - round t: quality score q_r = w_r (||M_r(D) - M_r(model)||_1 - sqrt(2/pi) sigma_t n_r) with
   sensitivity Delta_t = L1 * max_{r in C_t} w_r, exponential mechanism at epsilon_t;
 - budget annealing (Algorithm 4): sigma halves and epsilon doubles when the last measurement moved
@@ -25,12 +28,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks, noise
-from jaxdp.accounting import Plan, PlannedCharge, charge_rho, float32_ceil, gumbel_scale
+from jaxdp import _checks, noise, samplers
+from jaxdp.accounting import (
+    MEASURE_PRIMITIVE,
+    SELECT_PRIMITIVE,
+    Plan,
+    PlannedCharge,
+    charge_rho,
+    float32_ceil,
+    gumbel_scale,
+)
 from jaxdp.domain import DataError, Dataset
 from jaxdp.families.pgm import padded_length
 from jaxdp.keys import Stream, stream_key
-from jaxdp.mechanisms._common import private_codes, require_categorical
+from jaxdp.mechanisms._common import count_sigma, private_counts, require_categorical
+from jaxdp.noise import NOISES
 from jaxdp.queries import (
     MarginalWorkload,
     aim_weights,
@@ -41,8 +53,6 @@ from jaxdp.queries import (
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-GAUSSIAN = noise.PRIMITIVES.index("gaussian")
-EXPONENTIAL = noise.PRIMITIVES.index("exponential")
 
 counts = jax.jit(marginal_counts, static_argnums=1)
 
@@ -66,7 +76,7 @@ class RoundRecord(NamedTuple):
 class SelectionSettings(NamedTuple):
     """What an AIM-style factory fixes before anything runs (all public)."""
 
-    answers: Sensitive  # true counts of every candidate marginal, concatenated
+    answers: Sensitive  # true int32 counts of every candidate marginal, concatenated
     candidates: MarginalWorkload
     weights: tuple[float, ...]
     rounds: int  # T + 1: round 0 measures the 1-way marginals
@@ -83,6 +93,7 @@ def selection_settings(
     relation: Neighboring,
     max_rounds: int | None,
     alpha: float,
+    noise: str,
 ) -> SelectionSettings:
     """Validate and fix the selection side of an AIM-style mechanism named `name`.
 
@@ -90,9 +101,11 @@ def selection_settings(
     same information): the sensitivities are n times the fraction ones there.
 
     Raises:
-        ValueError: alpha outside (0, 1), max_rounds below the workload's attribute count;
-        DataError: numeric columns or a workload over another domain.
+        ValueError: alpha outside (0, 1), max_rounds below the workload's attribute count, or
+        `noise` not one of `jaxdp.noise.NOISES`; DataError: numeric columns or a workload over
+        another domain.
     """
+    _checks.one_of(noise, NOISES, "noise")
     require_categorical(data, name)
     if workload.sizes != data.domain.sizes:
         raise DataError("workload was built for a different domain than the data's")
@@ -112,7 +125,7 @@ def selection_settings(
     l1, l2 = marginal_sensitivity(relation, n)
     scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n)
     return SelectionSettings(
-        answers=private_codes(data).map(counts, candidates),
+        answers=private_counts(data, candidates),
         candidates=candidates,
         weights=tuple(float(w) for w in aim_weights(workload, candidates)),
         rounds=max_rounds + 1,
@@ -124,8 +137,9 @@ def selection_settings(
 
 @jax.jit
 def _padded_gather(answers: Array, index: Array, count: Array) -> Array:
-    """answers[index], with every position >= count set to 0 (a public constant)."""
-    return jnp.where(jnp.arange(index.shape[0]) < count, answers[index], 0.0)
+    """answers[index], with every position >= count set to 0 (a public constant, an integer
+    like the counts)."""
+    return jnp.where(jnp.arange(index.shape[0]) < count, answers[index], jnp.zeros((), answers.dtype))
 
 
 @jax.jit
@@ -148,17 +162,18 @@ def quality_scores(
     segments = jnp.asarray(candidates.marginal_of_query())
     template = jnp.zeros(len(candidates), jnp.float32)
     penalty = SQRT_2_OVER_PI * sigma * np.asarray(candidates.cells, np.float64)
-    l1 = _candidate_l1(true_counts, jnp.asarray(model_counts), segments, template)
+    true_counts = jnp.asarray(true_counts, jnp.float32)  # exact: counts are below 2^24
+    l1 = _candidate_l1(true_counts, jnp.asarray(model_counts, jnp.float32), segments, template)
     return jnp.asarray(weights, jnp.float32) * (l1 - jnp.asarray(penalty, jnp.float32))
 
 
 class AnnealedSelection:
     """AIM's selection, annealing and filter as host methods (see the module docstring).
 
-    The mechanism that mixes this in has the fields of `SelectionSettings` plus `plan`, and a
-    state with sigma, epsilon (None: the filter's final round comes next), rho_spent,
-    rounds_done, done and charges ((primitive code, sensitivity, scale) of every primitive
-    invoked, in order: the realised plan).
+    The mechanism that mixes this in has the fields of `SelectionSettings` plus `plan` and
+    `noise` (its primitives: "discrete" or "float"), and a state with sigma, epsilon (None: the
+    filter's final round comes next), rho_spent, rounds_done, done and charges ((primitive
+    code, sensitivity, scale) of every primitive invoked, in order: the realised plan).
     """
 
     @property
@@ -173,25 +188,41 @@ class AnnealedSelection:
         start = self.candidates.offsets[i]
         return slice(start, start + self.candidates.cells[i])
 
+    @property
+    def _measure_primitive(self) -> str:
+        return MEASURE_PRIMITIVE[self.noise]
+
+    @property
+    def _select_primitive(self) -> str:
+        return SELECT_PRIMITIVE[self.noise]
+
     def _measure(
         self, key: Key, index: np.ndarray, *, sigma: float, sensitivity: float
     ) -> tuple[np.ndarray, Charge]:
         """Gaussian measurement of the true counts at `index` (host, float64), with its Charge.
 
-        The answers are gathered into a vector padded with zeros to a power-of-two length, noise
-        is added to all of it and the padding dropped: one compiled program per length bucket,
-        not per marginal shape. This is sound because the padding is a public constant (zeros
-        whatever the data), so the padded vector has the same L2 sensitivity as the answers and
-        each kept coordinate still receives its own iid N(0, sigma^2); the dropped coordinates
-        are discarded unseen (and would be safe to release anyway). The Charge is unchanged.
+        The int32 counts are gathered into a vector padded with integer zeros to a power-of-two
+        length, noise is added to all of it and the padding dropped: one compiled program per
+        length bucket, not per marginal shape. This is sound because the padding is a public
+        constant (zeros whatever the data), so the padded vector has the same L2 sensitivity as
+        the answers and each kept coordinate still receives its own iid noise of scale sigma;
+        the dropped coordinates are discarded unseen (and would be safe to release anyway). The
+        Charge is unchanged.
+
+        Privacy:
+            Reads the true counts; one Gaussian measurement (`noise.measure_counts`).
         """
         padded_index = np.zeros(padded_length(len(index)), np.int32)
         padded_index[: len(index)] = index
         answers = self.answers.map(_padded_gather, jnp.asarray(padded_index), jnp.int32(len(index)))
-        noisy, charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE), answers, sigma=sigma, sensitivity=sensitivity
+        noisy, charge = noise.measure_counts(
+            stream_key(key, Stream.MEASURE), answers, sigma=sigma, sensitivity=sensitivity, noise=self.noise
         )
         return np.asarray(noisy, np.float64)[: len(index)], charge
+
+    def _measure_sigma(self, rho: float) -> float:
+        """sigma (counts) of a marginal's measurement costing at most `rho`."""
+        return count_sigma(self.l2_sensitivity, rho, self.noise)
 
     def _measure_marginal(self, key: Key, i: int, sigma: float) -> tuple[np.ndarray, Charge]:
         """Gaussian measurement of candidate marginal `i` (counts, float64), with its Charge."""
@@ -247,10 +278,13 @@ class AnnealedSelection:
         ones = self._one_way()
         sensitivity = math.sqrt(len(ones)) * self.l2_sensitivity
         sigma = float32_ceil(sigma)
+        if self.noise == "discrete":  # the exact sampler's floor; a larger sigma costs less
+            sigma = max(sigma, samplers.SIGMA_MIN)
         index = np.concatenate([np.arange(self._span(i).start, self._span(i).stop) for i in ones])
         noisy, charge = self._measure(key, index, sigma=sigma, sensitivity=sensitivity)
-        spent = charge_rho("gaussian", sensitivity, sigma)
-        return noisy, charge, (GAUSSIAN, sensitivity, sigma), spent
+        primitive = self._measure_primitive
+        spent = charge_rho(primitive, sensitivity, sigma)
+        return noisy, charge, (noise.PRIMITIVES.index(primitive), sensitivity, sigma), spent
 
     def _select(
         self, key: Key, model_counts: np.ndarray, mask: np.ndarray, sigma: float, rho_select: float
@@ -258,14 +292,22 @@ class AnnealedSelection:
         """Exponential mechanism over the masked candidates C_t on AIM's quality score.
 
         Returns:
-            (selected candidate index, Charge, Delta_t, Gumbel scale).
+            (selected candidate index, Charge, Delta_t, selection scale 2 Delta_t / epsilon_t).
+
+        Privacy:
+            Reads the true counts; one exponential mechanism (`noise.select`).
         """
         weights = np.asarray(self.weights)
         delta_t = self.l1_sensitivity * float(weights[mask].max())
         scores = self.answers.map(quality_scores, model_counts, self.candidates, weights, sigma)
         scale = gumbel_scale(delta_t, rho_select)
-        choice, charge = noise.exponential(
-            stream_key(key, Stream.SELECT), scores, scale=scale, sensitivity=delta_t, mask=jnp.asarray(mask)
+        choice, charge = noise.select(
+            stream_key(key, Stream.SELECT),
+            scores,
+            scale=scale,
+            sensitivity=delta_t,
+            noise=self.noise,
+            mask=jnp.asarray(mask),
         )
         return int(choice), charge, delta_t, scale
 
@@ -273,13 +315,22 @@ class AnnealedSelection:
         self, state, delta_t: float, scale: float, sigma: float
     ) -> tuple[float, tuple[tuple, ...]]:
         """(rho spent after a select + measure round, the charges so far with its two)."""
+        select, measure = self._select_primitive, self._measure_primitive
         spent = (
             state.rho_spent
-            + charge_rho("exponential", delta_t, scale)
-            + charge_rho("gaussian", self.l2_sensitivity, sigma)
+            + charge_rho(select, delta_t, scale)
+            + charge_rho(measure, self.l2_sensitivity, sigma)
         )
-        charges = (*state.charges, (EXPONENTIAL, delta_t, scale), (GAUSSIAN, self.l2_sensitivity, sigma))
+        charges = (
+            *state.charges,
+            (noise.PRIMITIVES.index(select), delta_t, scale),
+            (noise.PRIMITIVES.index(measure), self.l2_sensitivity, sigma),
+        )
         return spent, charges
+
+    def _idle_round(self) -> tuple[Charge, Charge]:
+        """The (selection, measurement) charges of a round that draws neither (count 0)."""
+        return idle(self._select_primitive), idle(self._measure_primitive)
 
     @staticmethod
     def _learned(after: np.ndarray, before: np.ndarray, sigma: float) -> bool:

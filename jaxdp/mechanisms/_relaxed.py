@@ -2,10 +2,11 @@
 shared by RAP, RAP-softmax, GEM and GEM-Pub.
 
 Each round: select `marginals_per_round` marginals with large error under the current relaxed
-answers (exponential mechanism, or one-shot Gumbel top-k for several), measure them with one
-Gaussian mechanism, then fit the family to every measurement so far with Adam (an L2 loss, or
-GEM's L1 loss over the measured queries whose error is at least the stopping threshold gamma,
-until every measured error is below gamma or `max_steps` steps were taken). All buffers have
+answers (exponential mechanism, or top-k without replacement for several), measure their counts
+with one Gaussian mechanism (exact discrete Gaussian noise by default), then fit the family to
+every measurement so far with Adam (an L2 loss, or GEM's L1 loss over the measured queries whose
+error is at least the stopping threshold gamma, until every measured error is below gamma or
+`max_steps` steps were taken). All buffers have
 fixed shapes: the whole inner loop is one compiled `lax.while_loop` inside the round's scan.
 """
 
@@ -21,7 +22,14 @@ import optax
 from jax.sharding import Mesh
 
 from jaxdp import _checks, noise, selection
-from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma, gumbel_scale
+from jaxdp.accounting import (
+    MEASURE_PRIMITIVE,
+    SELECT_PRIMITIVE,
+    TOP_K_PRIMITIVE,
+    Plan,
+    PlannedCharge,
+    gumbel_scale,
+)
 from jaxdp.domain import Dataset
 from jaxdp.families.generator import Generator
 from jaxdp.families.histogram import MarginalPadding
@@ -29,12 +37,15 @@ from jaxdp.families.relaxed import RelaxedRows
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.mechanisms._common import (
     as_relation,
+    count_sigma,
+    count_unit,
     fractions,
     make_plan,
-    private_fractions,
+    private_counts,
     require_categorical,
     round_shares,
 )
+from jaxdp.noise import NOISES
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
@@ -78,14 +89,19 @@ class RelaxedInfo(NamedTuple):
 class RelaxedAdaptive:
     """RAP / RAP-softmax / GEM / GEM-Pub; build with their factories.
 
+    `answers` holds the workload's true int32 counts; scores and fits use fractions (counts / n,
+    n public). `sigma` and `measure_sensitivity` are in counts; `noise` picks the primitives
+    ("discrete": exact, the default; "float": float32 noise, see `jaxdp.noise`).
+
     Privacy:
         Relation replace-one (n public; fractions). Each of `rounds` rounds runs one selection of
-        k = marginals_per_round marginals (score: max cell error, sensitivity 1/n; the
-        exponential mechanism for k = 1, one-shot Gumbel top-k otherwise; stream SELECT) and one
-        Gaussian measurement of the k marginals together (L2 sensitivity sqrt(2 k)/n; stream
-        MEASURE). With epsilon_0 = sqrt(2 rho / (T (alpha^2 + (1 - alpha)^2))), selection gets
-        a share alpha^2 and measurement (1 - alpha)^2 of each round's rho / T. Fitting, the
-        stopping threshold (computed from noisy answers only) and sampling are post-processing.
+        k = marginals_per_round marginals (score: max cell error in fractions, sensitivity 1/n;
+        one exponential mechanism for k = 1, k of them without replacement otherwise; stream
+        SELECT) and one Gaussian measurement of the k marginals' counts together (L2 sensitivity
+        sqrt(2 k) counts; stream MEASURE), divided by n afterwards (post-processing). With
+        epsilon_0 = sqrt(2 rho / (T (alpha^2 + (1 - alpha)^2))), selection gets a share alpha^2
+        and measurement (1 - alpha)^2 of each round's rho / T. Fitting, the stopping threshold
+        (computed from noisy answers only) and sampling are post-processing.
     """
 
     answers: Sensitive
@@ -112,6 +128,7 @@ class RelaxedAdaptive:
     ema_beta: float | None = static_field()
     pretrain_steps: int = static_field()
     plan: Plan = static_field()
+    noise: str = static_field()
     relation: Neighboring = static_field(default=Neighboring.REPLACE_ONE)
 
     def init(self, key: Key) -> RelaxedState:
@@ -150,9 +167,14 @@ class RelaxedAdaptive:
         chosen, select_charge = self._select(stream_key(key, Stream.SELECT), current, state.eligible)
         index = self.padding.gather[chosen]  # padding points one past the end: dropped below
         true = self.answers.map(lambda a: jnp.concatenate([a, jnp.zeros(1, a.dtype)])[index])
-        noisy, measure_charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE), true, sigma=self.sigma, sensitivity=self.measure_sensitivity
+        noisy_counts, measure_charge = noise.measure_counts(
+            stream_key(key, Stream.MEASURE),
+            true,
+            sigma=self.sigma,
+            sensitivity=self.measure_sensitivity,
+            noise=self.noise,
         )
+        noisy = noisy_counts * count_unit(self.relation, self.n_records)  # fractions: post-processing
         noisy_answers = state.noisy_answers.at[index].set(jnp.clip(noisy, 0.0, 1.0), mode="drop")
         measured = state.measured.at[index].set(True, mode="drop")
         max_error = jnp.max(jnp.where(measured, jnp.abs(noisy_answers - current), 0.0))
@@ -180,24 +202,32 @@ class RelaxedAdaptive:
         return new, RelaxedInfo((select_charge, measure_charge), chosen, steps)
 
     def _select(self, key: Key, current: Array, eligible: Array) -> tuple[Array, Charge]:
+        """The round's marginals, by their largest cell error in fractions (the marginal trick).
+
+        Privacy:
+            Reads the true counts; one exponential mechanism (k = 1) or k without replacement.
+        """
+        # fractions exactly as `marginal_fractions` forms them (counts / n)
+        scores = self.answers.map(
+            lambda c: selection.max_cell_errors(c / self.n_records, current, self.workload)
+        )
         if self.marginals_per_round == 1:
-            chosen, charge = selection.select_marginal(
+            chosen, charge = noise.select(
                 key,
-                self.answers,
-                current,
-                self.workload,
-                eligible,
+                scores,
                 scale=self.select_scale,
                 sensitivity=self.select_sensitivity,
+                noise=self.noise,
+                mask=eligible,
             )
             return chosen[None], charge
-        scores = self.answers.map(selection.max_cell_errors, current, self.workload)
-        return noise.gumbel_top_k(
+        return noise.select_top_k(
             key,
             scores,
             k=self.marginals_per_round,
             scale=self.select_scale,
             sensitivity=self.select_sensitivity,
+            noise=self.noise,
             mask=eligible,
         )
 
@@ -324,9 +354,11 @@ def build(
     public: Dataset | None = None,
     pretrain_steps: int = 0,
     mesh: Mesh | None = None,
+    noise: str = "discrete",
 ) -> RelaxedAdaptive:
     """Validate, calibrate and build a RelaxedAdaptive (see the rap/gem factories)."""
     plan = make_plan(epsilon, delta, rho, conversion)
+    _checks.one_of(noise, NOISES, "noise")
     if as_relation(relation) is not Neighboring.REPLACE_ONE:
         raise ValueError(f"{name} measures normalised answers: relation must be 'replace-one' (n public)")
     require_categorical(data, name)
@@ -347,18 +379,21 @@ def build(
         )
     public_answers, public_mask = (None, None) if public is None else _public_targets(public, data, workload)
     n = len(data)
-    answers = private_fractions(data, workload, mesh)
+    answers = private_counts(data, workload, mesh)
     rho_select, rho_measure = round_shares(plan.rho_budget, rounds, alpha)
     select_sensitivity = selection.score_sensitivity(Neighboring.REPLACE_ONE, n)
-    measure_sensitivity = math.sqrt(2.0 * k) / n
+    # Counts of k marginals: a replaced record leaves one cell and enters another of each.
+    measure_sensitivity = math.sqrt(2.0 * k)
     select_scale = gumbel_scale(select_sensitivity, rho_select, count=k)
-    sigma = gaussian_sigma(measure_sensitivity, rho_measure)
-    primitive = "exponential" if k == 1 else "gumbel_top_k"
+    sigma = count_sigma(measure_sensitivity, rho_measure, noise)
+    primitive = (SELECT_PRIMITIVE if k == 1 else TOP_K_PRIMITIVE)[noise]
     plan = (
         plan.with_charge(
             PlannedCharge("select", primitive, select_sensitivity, select_scale, count=k, times=rounds)
         )
-        .with_charge(PlannedCharge("measure", "gaussian", measure_sensitivity, sigma, times=rounds))
+        .with_charge(
+            PlannedCharge("measure", MEASURE_PRIMITIVE[noise], measure_sensitivity, sigma, times=rounds)
+        )
         .check()
     )
     return RelaxedAdaptive(
@@ -386,6 +421,7 @@ def build(
         ema_beta=ema_beta,
         pretrain_steps=int(pretrain_steps),
         plan=plan,
+        noise=noise,
     )
 
 

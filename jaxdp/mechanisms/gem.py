@@ -2,9 +2,10 @@
 
 A generator G_theta maps a fixed latent batch z (B rows) to B product distributions; each round
 one marginal is selected and measured (the marginal trick, the default for marginal workloads:
-all cells of a marginal together have L2 sensitivity sqrt(2)/n, since a record moves at most two
-of them, so one measurement answers up to thousands of queries for sqrt(2) times the noise of a
-single cell; the paper's Appendix D.4 ablation shows it is far more accurate),
+all cells of a marginal together have L2 sensitivity sqrt(2) in counts (sqrt(2)/n in fractions),
+since a record moves at most two of them, so one measurement answers up to thousands of queries
+for sqrt(2) times the noise of a single cell; the paper's Appendix D.4 ablation shows it is far
+more accurate),
 then GEM-UPDATE runs Adam on the L1 loss over the measured queries whose error is at least
 gamma = `gamma_fraction` x EMA(beta=0.5) of the measured max errors, for at most `max_steps`
 steps. The output generator's weights are an EMA of the second half of the rounds.
@@ -53,6 +54,7 @@ def gem(
     conversion: str = "exact",
     shard_batch: bool = False,
     mesh: Mesh | None = None,
+    noise: str = "discrete",
 ) -> RelaxedAdaptive:
     """Build GEM (defaults: the official example's settings on ADULT, except two measured choices).
 
@@ -94,6 +96,9 @@ def gem(
             program, unchanged.
         mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
             the same answers as on one device (see `jaxdp.independent`).
+        noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
+            exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
+            float noise does not meet the stated delta; see `jaxdp.noise`).
 
     Privacy:
         See `RelaxedAdaptive`: rho-zCDP in total, replace-one. Pretraining reads only `public`.
@@ -125,6 +130,7 @@ def gem(
         relation=relation,
         conversion=conversion,
         mesh=mesh,
+        noise=noise,
         public=public,
         pretrain_steps=pretrain_steps,
     )

@@ -34,6 +34,7 @@ def rap(
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     mesh: Mesh | None = None,
+    noise: str = "discrete",
 ) -> RelaxedAdaptive:
     """Build RAP (or RAP-softmax with `softmax=True`; see `rap_softmax` for its defaults).
 
@@ -42,7 +43,7 @@ def rap(
         workload: the marginals to answer.
         rounds: T.
         epsilon, delta, rho, conversion: the budget (see `jaxdp.independent`).
-        marginals_per_round: K, marginals selected (one-shot Gumbel top-K) and measured per round.
+        marginals_per_round: K, marginals selected (top-K without replacement) and measured per round.
         n_rows: n', the relaxed rows.
         learning_rate: Adam's step. The paper uses 1e-3 for RAP, without stating the steps per
             round; with `max_steps` = 200 that step cannot carry the uniform initial rows (0.5 on
@@ -55,6 +56,9 @@ def rap(
         relation: must be "replace-one".
         mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
             the same answers as on one device (see `jaxdp.independent`).
+        noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
+            exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
+            float noise does not meet the stated delta; see `jaxdp.noise`).
 
     Privacy:
         See `RelaxedAdaptive`: rho-zCDP in total, replace-one.
@@ -79,6 +83,7 @@ def rap(
         relation=relation,
         conversion=conversion,
         mesh=mesh,
+        noise=noise,
     )
 
 

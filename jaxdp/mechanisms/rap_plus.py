@@ -10,9 +10,10 @@ classes, each with its own candidate set, rounds, queries per round and budget w
 - `mixed_marginals`: Definition 3 queries 1{x_C = y} prod_j 1{x_j <= tau_j};
 - `linear_thresholds`: Definition 4 queries 1{<theta, x_R> <= tau and x_i = y}.
 
-Each round belongs to one class (rounds of different classes interleaved evenly): one-shot
-report-noisy-top-K with Gumbel noise (Definition 9) over the class's not-yet-measured candidates,
-one Gaussian measurement of the K picks, then the projection of Algorithm 1 on every measurement
+Each round belongs to one class (rounds of different classes interleaved evenly): report-noisy-
+top-K (Definition 9; K exponential mechanisms without replacement) over the class's not-yet-
+measured candidates, one Gaussian measurement of the K picks' counts (every query here counts
+records; exact discrete Gaussian noise by default), then the projection of Algorithm 1 on every measurement
 so far: Adam on the squared error of the tempered-sigmoid answers (Definitions 11-12) at
 sigma_1, until the gradient norm falls below gamma (or a step cap), then sigma doubles; the
 iterate kept is the best under the exact (hard-threshold) loss. With only categorical classes
@@ -22,6 +23,7 @@ there is nothing to anneal and one stage runs: RAP with softmax rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -32,12 +34,21 @@ import numpy as np
 import optax
 
 from jaxdp import _checks, noise, selection
-from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma, gumbel_scale
+from jaxdp.accounting import MEASURE_PRIMITIVE, TOP_K_PRIMITIVE, Plan, PlannedCharge, gumbel_scale
 from jaxdp.domain import DataError, Dataset
 from jaxdp.families.histogram import MarginalPadding
 from jaxdp.families.mixed import MixedRows
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, make_plan, private_codes, private_fractions, round_shares
+from jaxdp.mechanisms._common import (
+    as_relation,
+    count_sigma,
+    count_unit,
+    make_plan,
+    private_codes,
+    private_counts,
+    round_shares,
+)
+from jaxdp.noise import NOISES
 from jaxdp.queries import (
     LinearThresholdQueries,
     MarginalWorkload,
@@ -127,7 +138,8 @@ class RapPlusInfo(NamedTuple):
 
 @pytree_dataclass
 class _MarginalClass:
-    """Categorical marginals: RAP's selection and measurement of whole marginals."""
+    """Categorical marginals: RAP's selection and measurement of whole marginals (true answers:
+    int32 cell counts; sigma and measure_sensitivity in counts)."""
 
     plan: RelaxedPlan
     padding: MarginalPadding
@@ -137,6 +149,8 @@ class _MarginalClass:
     select_sensitivity: float = static_field()
     sigma: float = static_field()
     measure_sensitivity: float = static_field()
+    n_records: int = static_field()
+    noise: str = static_field()
 
     def init_state(self) -> ClassState:
         n = self.workload.n_queries
@@ -152,22 +166,35 @@ class _MarginalClass:
         return relaxed_marginals(probs, self.plan)
 
     def round(self, key, true: Sensitive, probs, numeric, state: ClassState, r):
+        """Select `per_round` marginals by their largest cell error (fractions) and measure
+        their counts.
+
+        Privacy:
+            Reads the true counts: `per_round` exponential mechanisms without replacement, then
+            one Gaussian measurement; the noisy counts are divided by n afterwards.
+        """
         del r
         current = self.answers(probs, numeric, None)
-        scores = true.map(selection.max_cell_errors, current, self.workload)
-        chosen, select_charge = noise.gumbel_top_k(
+        scores = true.map(lambda c: selection.max_cell_errors(c / self.n_records, current, self.workload))
+        chosen, select_charge = noise.select_top_k(
             stream_key(key, Stream.SELECT),
             scores,
             k=self.per_round,
             scale=self.select_scale,
             sensitivity=self.select_sensitivity,
+            noise=self.noise,
             mask=state.eligible,
         )
         index = self.padding.gather[chosen]  # padding points one past the end: dropped
         picked = true.map(lambda a: jnp.concatenate([a, jnp.zeros(1, a.dtype)])[index])
-        noisy, measure_charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE), picked, sigma=self.sigma, sensitivity=self.measure_sensitivity
+        noisy, measure_charge = noise.measure_counts(
+            stream_key(key, Stream.MEASURE),
+            picked,
+            sigma=self.sigma,
+            sensitivity=self.measure_sensitivity,
+            noise=self.noise,
         )
+        noisy = noisy * count_unit(Neighboring.REPLACE_ONE, self.n_records)  # fractions
         new = ClassState(
             state.targets.at[index].set(jnp.clip(noisy, 0.0, 1.0), mode="drop"),
             state.measured.at[index].set(True, mode="drop"),
@@ -183,7 +210,8 @@ class _MarginalClass:
 
 @pytree_dataclass
 class _ThresholdClass:
-    """Mixed marginals or linear thresholds: single queries selected by |error|."""
+    """Mixed marginals or linear thresholds: single queries selected by |error| (true answers:
+    int32 counts of the records each query holds for; sigma and measure_sensitivity in counts)."""
 
     queries: MixedMarginalQueries | LinearThresholdQueries
     per_round: int = static_field()
@@ -192,6 +220,8 @@ class _ThresholdClass:
     select_sensitivity: float = static_field()
     sigma: float = static_field()
     measure_sensitivity: float = static_field()
+    n_records: int = static_field()
+    noise: str = static_field()
 
     def init_state(self) -> ClassState:
         return ClassState(
@@ -208,22 +238,31 @@ class _ThresholdClass:
         return relaxed_linear_threshold_answers(probs, numeric, queries, sigma)
 
     def round(self, key, true: Sensitive, probs, numeric, state: ClassState, r):
+        """Select `per_round` queries by |error| (fractions) and measure their counts.
+
+        Privacy:
+            Reads the true counts: `per_round` exponential mechanisms without replacement, then
+            one Gaussian measurement; the noisy counts are divided by n afterwards.
+        """
         current = self.answers(probs, numeric, None)  # hard thresholds: the answers we release
-        scores = true.map(lambda a: jnp.abs(a - current))
-        chosen, select_charge = noise.gumbel_top_k(
+        scores = true.map(lambda c: jnp.abs(c / self.n_records - current))
+        chosen, select_charge = noise.select_top_k(
             stream_key(key, Stream.SELECT),
             scores,
             k=self.per_round,
             scale=self.select_scale,
             sensitivity=self.select_sensitivity,
+            noise=self.noise,
             mask=state.eligible,
         )
-        noisy, measure_charge = noise.gaussian(
+        noisy, measure_charge = noise.measure_counts(
             stream_key(key, Stream.MEASURE),
-            true.map(lambda a: a[chosen]),
+            true.map(lambda c: c[chosen]),
             sigma=self.sigma,
             sensitivity=self.measure_sensitivity,
+            noise=self.noise,
         )
+        noisy = noisy * count_unit(Neighboring.REPLACE_ONE, self.n_records)  # fractions
         slots = r * self.per_round + jnp.arange(self.per_round)
         new = ClassState(
             state.targets.at[slots].set(jnp.clip(noisy, 0.0, 1.0)),
@@ -242,18 +281,22 @@ class _ThresholdClass:
 class RapPlusPlus:
     """RAP++; build with `rap_plus_plus`.
 
+    `answers` holds each class's true int32 counts; `noise` picks the primitives ("discrete":
+    exact, the default; "float": float32 noise, see `jaxdp.noise`).
+
     Privacy:
         Relation replace-one (n public; answers are fractions). Class c gets rho_c = rho w_c /
         sum(w) spread over its T_c rounds; each round splits rho_c / T_c between selection
         (alpha^2 share) and measurement ((1 - alpha)^2 share) as in Adaptive Measurements.
-        Selection: one-shot Gumbel top-K_c (stream SELECT), K_c exponential mechanisms,
+        Selection: top-K_c without replacement (stream SELECT), K_c exponential mechanisms,
         K_c epsilon^2 / 8 zCDP, on a score of sensitivity 1/n: a marginal's largest cell error
-        or a single query's |error| (one replaced record moves each counting fraction by at most
-        1/n, so each absolute error, and a maximum of them, by at most 1/n).
-        Measurement: one Gaussian (stream MEASURE) of the K_c picks with L2 sensitivity
-        sqrt(2 K_c)/n for marginals (a record leaves one cell and enters another of each) and
-        sqrt(K_c)/n for single queries. The projection, its stopping rule and sampling read
-        only noisy answers: post-processing.
+        or a single query's |error| in fractions (one replaced record moves each counting
+        fraction by at most 1/n, so each absolute error, and a maximum of them, by at most 1/n).
+        Measurement: one Gaussian (stream MEASURE) of the K_c picks' counts with L2 sensitivity
+        sqrt(2 K_c) for marginals (a record leaves one cell and enters another of each) and
+        sqrt(K_c) for single queries (a replaced record moves each count by at most 1); the
+        noisy counts are divided by n. The projection, its stopping rule and sampling read only
+        noisy answers: post-processing.
     """
 
     answers: tuple[Sensitive, ...]
@@ -270,6 +313,7 @@ class RapPlusPlus:
     max_stage_steps: int = static_field()
     learning_rate: float = static_field()
     plan: Plan = static_field()
+    noise: str = static_field()
     relation: Neighboring = static_field(default=Neighboring.REPLACE_ONE)
 
     def init(self, key: Key) -> RapPlusState:
@@ -397,6 +441,7 @@ def rap_plus_plus(
     marginals_per_round: int = 1,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    noise: str = "discrete",
 ) -> RapPlusPlus:
     """Build RAP++ (Algorithm 2 with the projection of Algorithm 1).
 
@@ -417,11 +462,15 @@ def rap_plus_plus(
         alpha: share of each round's budget weight for selection.
         rounds, marginals_per_round: only when `classes` is a workload.
         relation: must be "replace-one".
+        noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
+            exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
+            float noise does not meet the stated delta; see `jaxdp.noise`).
 
     Privacy:
         See `RapPlusPlus`: rho-zCDP in total, replace-one.
     """
     plan = make_plan(epsilon, delta, rho, conversion)
+    _checks.one_of(noise, NOISES, "noise")
     if as_relation(relation) is not Neighboring.REPLACE_ONE:
         raise ValueError("rap++ measures normalised answers: relation must be 'replace-one' (n public)")
     if isinstance(classes, MarginalWorkload):
@@ -461,9 +510,9 @@ def rap_plus_plus(
             _check_candidates(i, t_c * k_c, len(workload), "marginals")
             if workload.sizes != sizes:
                 raise ValueError(f"classes[{i}]: workload was built for a different domain than the data's")
-            measure_sensitivity = math.sqrt(2.0 * k_c) / n
-            answers.append(private_fractions(data, workload))
-            sigma = gaussian_sigma(measure_sensitivity, rho_measure)
+            measure_sensitivity = math.sqrt(2.0 * k_c)  # counts
+            answers.append(private_counts(data, workload))
+            sigma = count_sigma(measure_sensitivity, rho_measure, noise)
             built.append(
                 _MarginalClass(
                     relaxed_plan(workload),
@@ -474,26 +523,43 @@ def rap_plus_plus(
                     select_sensitivity,
                     sigma,
                     measure_sensitivity,
+                    n,
+                    noise,
                 )
             )
         else:
             queries = _explicit(spec.queries, spec.kind, i, sizes, n_numeric)
             _check_candidates(i, t_c * k_c, len(queries), "queries")
-            measure_sensitivity = math.sqrt(k_c) / n
+            measure_sensitivity = math.sqrt(k_c)  # counts
             exact = _mixed_counts if spec.kind == "mixed_marginals" else _linear_counts
-            answers.append(records.map(lambda r, f=exact, q=queries: f(*r, q) / n))
-            sigma = gaussian_sigma(measure_sensitivity, rho_measure)
+            answers.append(records.map(lambda r, f=exact, q=queries: f(*r, q)))
+            sigma = count_sigma(measure_sensitivity, rho_measure, noise)
             built.append(
                 _ThresholdClass(
-                    queries, k_c, t_c * k_c, select_scale, select_sensitivity, sigma, measure_sensitivity
+                    queries,
+                    k_c,
+                    t_c * k_c,
+                    select_scale,
+                    select_sensitivity,
+                    sigma,
+                    measure_sensitivity,
+                    n,
+                    noise,
                 )
             )
         label = f"{spec.kind}[{i}]"
         plan = plan.with_charge(
             PlannedCharge(
-                f"select {label}", "gumbel_top_k", select_sensitivity, select_scale, count=k_c, times=t_c
+                f"select {label}",
+                TOP_K_PRIMITIVE[noise],
+                select_sensitivity,
+                select_scale,
+                count=k_c,
+                times=t_c,
             )
-        ).with_charge(PlannedCharge(f"measure {label}", "gaussian", measure_sensitivity, sigma, times=t_c))
+        ).with_charge(
+            PlannedCharge(f"measure {label}", MEASURE_PRIMITIVE[noise], measure_sensitivity, sigma, times=t_c)
+        )
         round_rho.append(rho_select + rho_measure)
     plan = plan.check()
     schedule, class_round = _interleave([c.rounds for c in classes])
@@ -513,6 +579,7 @@ def rap_plus_plus(
         max_stage_steps=max_stage_steps,
         learning_rate=float(learning_rate),
         plan=plan,
+        noise=noise,
     )
 
 
@@ -539,9 +606,10 @@ def _explicit(queries, kind: str, i: int, sizes, n_numeric) -> MixedMarginalQuer
     return queries
 
 
-# One compiled program per query-set shape (the factory answers every candidate once).
-_mixed_counts = jax.jit(mixed_marginal_answers)
-_linear_counts = jax.jit(linear_threshold_answers)
+# One compiled program per query-set shape (the factory answers every candidate once); int32
+# counts, what exact noise is added to.
+_mixed_counts = jax.jit(functools.partial(mixed_marginal_answers, dtype=jnp.int32))
+_linear_counts = jax.jit(functools.partial(linear_threshold_answers, dtype=jnp.int32))
 
 
 def _interleave(rounds: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -65,7 +65,9 @@ def test_filter_spends_the_budget_and_never_more(relation, epsilon):
     assert spent == pytest.approx(mech.plan.rho_budget, rel=1e-6)  # the final round used the rest
     assert result.state.done and result.state.rounds_done <= mech.rounds
     # the last round is a full select + measure round, and every round after init has both
-    assert [e.primitive for e in result.ledger[1:]] == ["exponential", "gaussian"] * (len(result.ledger) // 2)
+    assert result.ledger[0].primitive == "discrete_gaussian"
+    pair = ["discrete_exponential", "discrete_gaussian"]
+    assert [e.primitive for e in result.ledger[1:]] == pair * (len(result.ledger) // 2)
 
 
 def test_round_cap_forces_the_final_round():
@@ -252,12 +254,13 @@ def test_cli_writes_records_and_per_marginal_error_bounds(tmp_path):
 
 def test_padded_measurement_adds_iid_gaussian_noise_to_the_kept_answers():
     """`_measure` pads the gathered answers to a power of two: the kept coordinates must still be
-    the true counts plus iid N(0, sigma^2). KS test of the pooled standardised residuals
-    (false-failure rate 1e-4); negative control: the same residuals scaled by 1.3 are rejected."""
+    the true counts plus iid N(0, sigma^2) under noise="float". KS test of the pooled
+    standardised residuals (false-failure rate 1e-4); negative control: the same residuals
+    scaled by 1.3 are rejected."""
     from scipy import stats
 
-    mech = _aim()
-    answers = np.asarray(mech.answers._value, np.float64)
+    mech = _aim(noise="float")
+    answers = np.asarray(marginal_counts(tiny_dataset().codes, mech.candidates), np.float64)
     index = np.concatenate([np.arange(3, 40), np.arange(50, 61)])  # 48 answers, padded to 64
     residuals = []
     for seed in range(40):
@@ -267,3 +270,81 @@ def test_padded_measurement_adds_iid_gaussian_noise_to_the_kept_answers():
     residuals = np.concatenate(residuals)
     assert stats.kstest(residuals, "norm").pvalue > 1e-4
     assert stats.kstest(1.3 * residuals, "norm").pvalue < 1e-4
+
+
+def _discrete_gaussian_pvalue(residuals: np.ndarray, sigma: float) -> float:
+    """Chi-square p-value of integer residuals against N_Z(0, sigma^2) (tails pooled)."""
+    from scipy import stats
+
+    reach = 4 * math.ceil(sigma)
+    support = np.arange(-reach, reach + 1)
+    pmf = np.exp(-(support**2) / (2 * sigma**2))
+    pmf /= pmf.sum()
+    observed = np.array([(residuals == y).sum() for y in support], np.float64)
+    tails = len(residuals) - observed.sum()
+    observed, expected = np.append(observed, tails), np.append(pmf, 1e-12) * len(residuals)
+    keep = expected >= 5
+    observed = np.append(observed[keep], observed[~keep].sum())
+    expected = np.append(expected[keep], expected[~keep].sum())
+    return stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue
+
+
+def test_padded_measurement_adds_iid_discrete_gaussian_noise_to_the_kept_answers():
+    """Default noise: the kept coordinates are the integer counts plus iid discrete Gaussian
+    N_Z(0, sigma^2) (the integer padding does not change the law). Chi-square over 800
+    residuals (10 draws: each eager call compiles the exact sampler), false-failure rate 1e-4;
+    negative control: the law at 1.3 sigma is rejected (simulated power > 0.99)."""
+    mech = _aim()
+    assert mech.noise == "discrete"
+    answers = np.asarray(marginal_counts(tiny_dataset().codes, mech.candidates), np.float64)
+    index = np.concatenate([np.arange(3, 40), np.arange(42, 85)])  # 80 answers, padded to 128
+    residuals = []
+    for seed in range(10):
+        noisy, charge = mech._measure(jax.random.key(seed), index, sigma=2.0, sensitivity=1.0)
+        assert noisy.shape == index.shape and float(charge.scale) == 2.0
+        residuals.append(noisy - answers[index])
+    residuals = np.concatenate(residuals)
+    np.testing.assert_array_equal(residuals, np.round(residuals))
+    assert _discrete_gaussian_pvalue(residuals, 2.0) > 1e-4
+    assert _discrete_gaussian_pvalue(residuals, 2.6) < 1e-4
+
+
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
+def test_exact_noise_by_default_measures_integer_counts(relation, monkeypatch):
+    """Default noise: every ledger entry is an exact primitive and every measurement released is
+    noisy integer counts (AIM measures counts under both relations; n is public under
+    replace-one, so counts and fractions carry the same information). noise="float" charges the
+    float primitives and its measurements leave the integers (the check has power)."""
+    from jaxdp.mechanisms import _aim_selection
+
+    released = []
+    measure = _aim_selection.AnnealedSelection._measure
+
+    def recording(self, *args, **kwargs):
+        noisy, charge = measure(self, *args, **kwargs)
+        released.append(noisy)
+        return noisy, charge
+
+    monkeypatch.setattr(_aim_selection.AnnealedSelection, "_measure", recording)
+    off_integers = {}
+    for noise, primitives in (
+        ("discrete", {"discrete_exponential", "discrete_gaussian"}),
+        ("float", {"exponential", "gaussian"}),
+    ):
+        released.clear()
+        mech = _aim(relation=relation, noise=noise)
+        assert mech.noise == noise
+        result = loop.run(mech, jax.random.key(4))
+        assert {e.primitive for e in result.ledger} == primitives
+        assert {c.primitive for c in loop.realised_plan(mech, result.state).charges} == primitives
+        noisy = np.concatenate(released)
+        assert len(released) == sum(e.primitive.endswith("gaussian") for e in result.ledger)
+        off_integers[noise] = np.abs(noisy - np.round(noisy)).max()
+    assert off_integers["discrete"] == 0.0
+    assert off_integers["float"] > 0.1
+
+
+def test_bad_noise_is_refused():
+    data = tiny_dataset()
+    with pytest.raises(ValueError, match="noise"):
+        jaxdp.aim(data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6, noise="exact")

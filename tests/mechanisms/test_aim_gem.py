@@ -67,7 +67,8 @@ def test_filter_spends_the_budget_and_never_more(relation, epsilon):
     assert np.all(spent <= mech.plan.rho_budget)
     assert spent[-1] == pytest.approx(mech.plan.rho_budget, rel=1e-6)
     assert result.state.done and 2 <= result.state.rounds_done <= mech.rounds
-    assert [e.primitive for e in result.ledger[1:]] == ["exponential", "gaussian"] * (len(result.ledger) // 2)
+    pair = ["discrete_exponential", "discrete_gaussian"]  # exact noise by default
+    assert [e.primitive for e in result.ledger[1:]] == pair * (len(result.ledger) // 2)
     audit.check_ledger(list(result.ledger), loop.realised_plan(mech, result.state))
 
 
@@ -165,39 +166,62 @@ def test_bad_arguments_are_refused():
 
 
 def _selection_counts(mech, model_counts, sigma, rho_select, scale_factor, runs):
-    """How often each candidate is picked by the shared `_select` in `runs` independent draws;
-    `scale_factor` != 1 patches the Gumbel scale (a negative control)."""
+    """How often each candidate is picked in `runs` independent draws of the shared `_select`;
+    `scale_factor` != 1 patches the selection scale (a negative control). `_select` runs once
+    with its call to the primitive recorded; the recorded call is replayed for `runs` keys under
+    one jit (an eager exact sampler compiles its program on every call)."""
     mask = np.ones(len(mech.candidates), bool)
-    picks = np.zeros(len(mech.candidates), np.int64)
-    keys = jax.random.split(jax.random.key(123), runs)
+    name = "discrete_exponential" if mech.noise == "discrete" else "exponential"
+    primitive = getattr(jaxdp.noise, name)
+    calls = []
+
+    def recording(key, scores, **kwargs):
+        calls.append((scores, kwargs))
+        return primitive(key, scores, **kwargs)
+
     original = _aim_selection.gumbel_scale
-    try:
-        _aim_selection.gumbel_scale = lambda d, r: scale_factor * original(d, r)
-        for key in keys:
-            picks[mech._select(key, model_counts, mask, sigma, rho_select)[0]] += 1
-    finally:
-        _aim_selection.gumbel_scale = original
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_aim_selection, "gumbel_scale", lambda d, r: scale_factor * original(d, r))
+        patch.setattr(jaxdp.noise, name, recording)
+        mech._select(jax.random.key(0), model_counts, mask, sigma, rho_select)
+    ((scores, kwargs),) = calls
+    keys = jax.random.split(jax.random.key(123), runs)
+    picks = jax.jit(jax.vmap(lambda key: primitive(key, scores, **kwargs)[0]))(keys)
     delta_t = mech.l1_sensitivity * max(mech.weights)
-    return picks, original(delta_t, rho_select)
+    return np.bincount(np.asarray(picks), minlength=len(mech.candidates)), original(delta_t, rho_select)
 
 
-def test_selection_follows_the_exponential_mechanism():
+def _selection_law(scores: np.ndarray, scale: float, sensitivity: float, noise: str) -> np.ndarray:
+    """The exponential mechanism's law: exp(q_r / scale) / Z ("float", Gumbel-max), or, for the
+    exact sampler, exp(-rate gap_r) / Z over the scores floored to a grid of sensitivity /
+    GRID_STEPS, with rate = epsilon / (2 (GRID_STEPS + 2)) per step (`noise.discrete_exponential`;
+    its rounding of the rate down by a relative 2^-12 is below what 1000 draws can see)."""
+    if noise == "float":
+        logits = scores / scale
+    else:
+        steps = np.floor(np.float32(scores) * np.float32(jaxdp.noise.GRID_STEPS / sensitivity))
+        logits = steps * sensitivity / (scale * (jaxdp.noise.GRID_STEPS + 2))
+    probs = np.exp(logits - logits.max())
+    return probs / probs.sum()
+
+
+@pytest.mark.parametrize("noise", ["discrete", "float"])
+def test_selection_follows_the_exponential_mechanism(noise):
     """The shared selection draws r with probability exp(q_r / scale) / Z (q_r from the
-    brute-force-checked `quality_scores`, scale = 2 Delta_t / epsilon_t): chi-square over 1000
-    draws, false-failure rate 1e-3. Negative control: a halved Gumbel scale is rejected."""
+    brute-force-checked `quality_scores`, scale = 2 Delta_t / epsilon_t; on the quantised scores
+    for the exact sampler): chi-square over 1000 draws, false-failure rate 1e-3. Negative
+    control: a halved selection scale is rejected."""
     from scipy import stats
 
     data = tiny_dataset()
-    mech = _aim_gem(data)
+    mech = _aim_gem(data, noise=noise)
     true = np.asarray(marginal_counts(data.codes, mech.candidates), np.float64)
     model = np.full_like(true, len(data)) / np.repeat(mech.candidates.cells, mech.candidates.cells)
     sigma = 5.0
     scores = np.asarray(_aim_selection.quality_scores(true, model, mech.candidates, mech.weights, sigma))
 
     def pvalue(picks, scale):
-        logits = scores / scale
-        probs = np.exp(logits - logits.max())
-        probs /= probs.sum()
+        probs = _selection_law(scores, scale, mech.l1_sensitivity * max(mech.weights), noise)
         keep = probs * picks.sum() >= 5  # pool the rare candidates into one cell
         observed = np.append(picks[keep], picks[~keep].sum())
         expected = np.append(probs[keep], probs[~keep].sum()) * picks.sum()
@@ -212,3 +236,37 @@ def test_selection_follows_the_exponential_mechanism():
     assert pvalue(picks, scale) > 1e-3
     broken, _ = _selection_counts(mech, model, sigma, rho_select, 0.5, 1000)
     assert pvalue(broken, scale) < 1e-3
+
+
+def test_exact_noise_by_default_measures_integer_counts(monkeypatch):
+    """Default noise: the ledger holds only exact primitives and every measurement released is
+    noisy integer counts; noise="float" charges the float primitives and leaves the integers."""
+    released = []
+    measure = _aim_selection.AnnealedSelection._measure
+
+    def recording(self, *args, **kwargs):
+        noisy, charge = measure(self, *args, **kwargs)
+        released.append(noisy)
+        return noisy, charge
+
+    monkeypatch.setattr(_aim_selection.AnnealedSelection, "_measure", recording)
+    off_integers = {}
+    for noise, primitives in (
+        ("discrete", {"discrete_exponential", "discrete_gaussian"}),
+        ("float", {"exponential", "gaussian"}),
+    ):
+        released.clear()
+        mech = _aim_gem(noise=noise, max_rounds=8)
+        assert mech.noise == noise
+        result = loop.run(mech, jax.random.key(5))
+        assert {e.primitive for e in result.ledger} == primitives
+        noisy = np.concatenate(released)
+        off_integers[noise] = np.abs(noisy - np.round(noisy)).max()
+    assert off_integers["discrete"] == 0.0
+    assert off_integers["float"] > 0.1
+
+
+def test_bad_noise_is_refused():
+    data = tiny_dataset()
+    with pytest.raises(ValueError, match="noise"):
+        jaxdp.aim_gem(data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6, noise="exact")

@@ -135,8 +135,10 @@ def test_declared_sensitivities_and_plan():
     mech = jaxdp.rap_plus_plus(data, small_classes(), epsilon=1.0, delta=1e-6, n_rows=50)
     marg, mm, lt = mech.classes
     assert marg.select_sensitivity == mm.select_sensitivity == lt.select_sensitivity == 1 / 500
-    assert marg.measure_sensitivity == pytest.approx(np.sqrt(2) / 500)
-    assert mm.measure_sensitivity == pytest.approx(np.sqrt(5) / 500)
+    # measurements add noise to counts, so their sensitivities are in counts (n times the
+    # fractions' sqrt(2)/n and sqrt(5)/n)
+    assert marg.measure_sensitivity == pytest.approx(np.sqrt(2))
+    assert mm.measure_sensitivity == pytest.approx(np.sqrt(5))
     assert mech.rounds == 1 + 2 + 2 and sorted(mech.schedule) == [0, 1, 1, 2, 2]
     assert mech.plan.rho_planned <= mech.plan.rho_budget
     assert mech.plan.rho_planned == pytest.approx(mech.plan.rho_budget, rel=1e-3)
@@ -248,3 +250,43 @@ def test_categorical_only_data_runs_as_rap():
     result = jaxdp.run(mech, jax.random.key(0))
     codes, numeric = jaxdp.release(mech, result.state, jax.random.key(1))
     assert codes.shape == (len(data), 4) and numeric.shape == (len(data), 0)
+
+
+def test_exact_noise_by_default_measures_integer_counts():
+    """Default noise: every charge is an exact primitive and every class's measured answers
+    (marginal cells, mixed marginals, linear thresholds) are noisy integer counts divided by n;
+    noise="float" charges the float primitives and its answers leave the grid."""
+    data = mixed_dataset(n=300)
+    n = len(data)
+    primitives = {
+        "discrete": {"discrete_top_k", "discrete_gaussian"},
+        "float": {"gumbel_top_k", "gaussian"},
+    }
+    off_grid = {}
+    for noise in ("discrete", "float"):
+        mech = jaxdp.rap_plus_plus(
+            data,
+            small_classes(),
+            epsilon=1.0,
+            delta=1e-6,
+            n_rows=32,
+            stages=1,
+            max_stage_steps=2,
+            noise=noise,
+        )
+        assert mech.noise == noise and all(c.noise == noise for c in mech.classes)
+        result = jaxdp.run(mech, jax.random.key(1))
+        assert {e.primitive for e in result.ledger} == primitives[noise]
+        gaps = []
+        for state in result.state.classes:
+            counts = np.asarray(state.targets, np.float64)[np.asarray(state.measured)] * n
+            assert counts.size > 0
+            gaps.append(np.abs(counts - np.round(counts)).max())
+        off_grid[noise] = gaps
+    assert max(off_grid["discrete"]) < 1e-3
+    assert min(off_grid["float"]) > 0.1
+
+
+def test_bad_noise_is_refused():
+    with pytest.raises(ValueError, match="noise"):
+        jaxdp.rap_plus_plus(mixed_dataset(n=100), small_classes(), epsilon=1.0, delta=1e-6, noise="exact")

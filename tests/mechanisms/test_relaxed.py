@@ -159,3 +159,55 @@ def test_refusals():
         gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, loss="huber")
     with pytest.raises(ValueError, match="pretrain_steps"):
         gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, public=data)
+
+
+DISCRETE = {"discrete_gaussian", "discrete_exponential", "discrete_top_k"}
+FLOAT = {"gaussian", "exponential", "gumbel_top_k"}
+
+
+def _small(name, data, **kw):
+    """RAP selects 2 marginals a round (top-k), GEM one (a single selection)."""
+    if name == "rap":
+        return rap(data, _two_way(data), rounds=2, marginals_per_round=2, n_rows=50, max_steps=5, **kw)
+    return gem(data, _two_way(data), rounds=2, max_steps=5, **SMALL_GEM, **kw)
+
+
+@pytest.mark.parametrize("name", ["rap", "gem"])
+def test_exact_noise_by_default_measures_integer_counts(name):
+    """Default noise: every ledger entry is an exact primitive and the measured answers are noisy
+    integer counts divided by n (clipping to [0, 1] keeps them on that grid); noise="float"
+    charges the float primitives and its answers leave the grid (the check has power)."""
+    data = tiny_dataset()
+    n = len(data)
+    off_grid = {}
+    for noise, primitives in (("discrete", DISCRETE), ("float", FLOAT)):
+        mech = _small(name, data, epsilon=1.0, delta=1e-6, noise=noise)
+        assert mech.noise == noise
+        result = loop.run(mech, jax.random.key(8))
+        assert {e.primitive for e in result.ledger} <= primitives
+        assert {c.primitive for c in mech.plan.charges} <= primitives
+        measured = np.asarray(result.state.measured)
+        counts = np.asarray(result.state.noisy_answers, np.float64)[measured] * n
+        off_grid[noise] = np.abs(counts - np.round(counts)).max()
+    assert off_grid["discrete"] < 1e-3
+    assert off_grid["float"] > 0.1
+
+
+def test_measurement_sensitivity_and_sigma_are_in_counts():
+    """A measurement of k marginals' counts has L2 sensitivity sqrt(2 k) under replace-one (not
+    the fractions' sqrt(2 k) / n); sigma is calibrated in the same units, so rho is unchanged."""
+    data = tiny_dataset()
+    mech = rap(data, _two_way(data), rho=0.5, rounds=2, marginals_per_round=2, n_rows=50)
+    assert mech.measure_sensitivity == pytest.approx(2.0)
+    measure = next(c for c in mech.plan.charges if c.label == "measure")
+    assert measure.primitive == "discrete_gaussian"
+    assert (measure.sensitivity, measure.scale) == (mech.measure_sensitivity, mech.sigma)
+    assert mech.plan.rho_planned == pytest.approx(0.5, rel=1e-6)
+
+
+@pytest.mark.parametrize("factory", [rap, rap_softmax, gem, gem_pub])
+def test_bad_noise_is_refused(factory):
+    data = tiny_dataset()
+    extra = {"public": data} if factory is gem_pub else {}
+    with pytest.raises(ValueError, match="noise"):
+        factory(data, _two_way(data), epsilon=1.0, delta=1e-6, rounds=2, noise="exact", **extra)

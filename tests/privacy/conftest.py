@@ -4,11 +4,34 @@ from __future__ import annotations
 
 import pytest
 
-from jaxdp import noise
+from jaxdp import noise, samplers
 
 # control -> (factor on the noise scale, factor on the declared sensitivity)
 CONTROLS = {"half the noise": (0.5, 1.0), "no noise": (0.0, 1.0), "halved sensitivity": (0.5, 0.5)}
-SCALE_ARGUMENT = {"gaussian": "sigma", "laplace": "scale", "exponential": "scale", "gumbel_top_k": "scale"}
+SCALE_ARGUMENT = {
+    "gaussian": "sigma",
+    "laplace": "scale",
+    "exponential": "scale",
+    "gumbel_top_k": "scale",
+    "discrete_gaussian": "sigma",
+    "discrete_laplace": "scale",
+    "discrete_exponential": "scale",
+    "discrete_top_k": "scale",
+}
+
+
+def _no_noise_scale(primitive: str, sensitivity: float) -> float:
+    """The scale "no noise" draws at: 1e-9 (no noise in float32) for the float primitives; for
+    the exact samplers the smallest they accept, which leaves none in practice: a discrete
+    Gaussian at sigma 1/64 (P(Y != 0) < e^-2048), a discrete Laplace at 1/64 (< e^-63), and a
+    selection at 2^-20 sensitivity (each grid step below the best costs a factor e^-15887)."""
+    if primitive == "discrete_gaussian":
+        return samplers.SIGMA_MIN
+    if primitive == "discrete_laplace":
+        return 2.0**-6
+    if primitive in ("discrete_exponential", "discrete_top_k"):
+        return sensitivity * 2.0**-20
+    return 1e-9
 
 
 @pytest.fixture
@@ -23,10 +46,10 @@ def broken_noise(monkeypatch):
         for name, argument in SCALE_ARGUMENT.items():
             original = getattr(noise, name)
 
-            def broken(*args, _original=original, _argument=argument, **kwargs):
+            def broken(*args, _name=name, _original=original, _argument=argument, **kwargs):
                 scaled = scale_factor * kwargs[_argument]
-                kwargs[_argument] = scaled if scaled > 0 else 1e-9  # 1e-9: no noise in float32
                 kwargs["sensitivity"] = sensitivity_factor * kwargs["sensitivity"]
+                kwargs[_argument] = scaled if scaled > 0 else _no_noise_scale(_name, kwargs["sensitivity"])
                 return _original(*args, **kwargs)
 
             monkeypatch.setattr(noise, name, broken)

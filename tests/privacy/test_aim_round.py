@@ -2,14 +2,16 @@
 
 AIM runs as a Python loop (a graphical-model fit per round), so 50,000 runs of its `step` are out
 of reach. Instead each test runs AIM's real `step` ONCE on D and once on D' from the same public
-state, records the exact calls it makes to `jaxdp.noise` (the private argument AIM computed from
-the data, and the scale, declared sensitivity and mask it passed), and then replays each recorded
-call 50,000 times from independent keys through the same primitive. The replays are attacked with
+state, records the exact calls it makes to `jaxdp.noise`'s exact primitives (`discrete_gaussian`
+and `discrete_exponential`, AIM's default noise, reached through `noise.measure_counts` and
+`noise.select`: the private argument AIM computed from the data, and the scale, declared
+sensitivity and mask it passed), and then replays each recorded call 50,000 times from
+independent keys through the same primitive. The replays are attacked with
 the Clopper-Pearson code of `test_empirical_dp` and held to the claim the call's own Charge makes.
 
 Covered: the quality scores AIM computes over its candidates (q_r = w_r (L1 error - penalty)) and
-its declared score sensitivity Delta_t = max w_r, the counts it measures and its L2 sensitivity,
-sigma and the Gumbel scale as AIM calibrates them, under AIM's default relation (add/remove:
+its declared score sensitivity Delta_t = max w_r, the integer counts it measures and its L2
+sensitivity, sigma and the selection scale as AIM calibrates them, under AIM's default relation (add/remove:
 D' = D plus one record, counts), for round 0 (the Gaussian on every 1-way marginal together) and
 one adaptive round (selection, then the Gaussian on the selected marginal); and that the scale,
 sigma, declared sensitivity and mask passed to the primitives are the same on D and D' (no
@@ -28,7 +30,8 @@ brings attribute 0's count towards the model (error 9) and moves the others away
 every score moves by the full sensitivity and the odds by nearly the full epsilon. Any released
 value is a possible round-0 output, and the round must be private conditional on it.
 
-Negative controls: half the noise and no noise (the primitives broken by `broken_noise`), and a
+Negative controls: half the noise and no noise (the primitives broken by `broken_noise`; "no
+noise" draws at the smallest scale the exact samplers accept, which leaves none), and a
 factory bug, AIM with halved declared l1/l2 sensitivities: it calibrates half the noise scale
 while its Charges recompute to the honest claims (asserted), so only the attack sees it.
 """
@@ -56,7 +59,7 @@ pytest.importorskip("mbi")
 DOMAIN = jaxdp.Domain.from_sizes({"a": 2, "b": 2, "c": 2, "d": 2})
 ONE_WAY = all_kway(DOMAIN.sizes, 1)
 ADDED = (0, 1, 1, 1)  # the record D' adds
-PREFIX_RELEASE = (15.0, 85.0)  # what round 0 released for every attribute (counts)
+PREFIX_RELEASE = (15, 85)  # what round 0 released for every attribute (counts)
 SELECTED = 0  # the marginal the adaptive round measures (forced in the recorded run)
 
 
@@ -87,6 +90,11 @@ def _true_counts(codes: np.ndarray, attributes) -> np.ndarray:
     return np.concatenate([np.bincount(codes[:, j], minlength=DOMAIN.sizes[j]) for j in attributes])
 
 
+# The primitives AIM's default (exact) noise reaches; `noise.measure_counts` and `noise.select`
+# look them up in `jaxdp.noise` at call time, so patching the module records every call.
+MEASURE, SELECT = "discrete_gaussian", "discrete_exponential"
+
+
 class Call(NamedTuple):
     """One recorded call to a `jaxdp.noise` primitive: its private argument and keywords."""
 
@@ -101,7 +109,7 @@ def _step(mechanism, state, t: int, release=None) -> tuple[object, list[Call]]:
     primitive still runs, so its Charge and key use are AIM's own."""
     calls: list[Call] = []
     with pytest.MonkeyPatch.context() as patch:
-        for name in ("exponential", "gaussian"):
+        for name in (SELECT, MEASURE):
             original = getattr(noise, name)
 
             def recorder(key, value, *, _name=name, _original=original, **kwargs):
@@ -117,13 +125,13 @@ def _step(mechanism, state, t: int, release=None) -> tuple[object, list[Call]]:
 def _prefix(mechanism):
     """The public state after round 0 released PREFIX_RELEASE for every attribute."""
     state = mechanism.init(stream_key(jax.random.key(0), Stream.INIT))
-    chosen = jnp.asarray(np.tile(PREFIX_RELEASE, len(DOMAIN.sizes)), jnp.float32)
+    chosen = jnp.asarray(np.tile(PREFIX_RELEASE, len(DOMAIN.sizes)), jnp.int32)
     state, _ = _step(mechanism, state, 0, lambda _, output: chosen)
     return state
 
 
 def _force_selection(primitive, output):
-    return jnp.int32(SELECTED) if primitive == "exponential" else output
+    return jnp.int32(SELECTED) if primitive == SELECT else output
 
 
 def _recorded_rounds(make) -> dict[str, tuple[Call, Call]]:
@@ -132,8 +140,8 @@ def _recorded_rounds(make) -> dict[str, tuple[Call, Call]]:
     round0 = [_step(m, m.init(stream_key(jax.random.key(0), Stream.INIT)), 0)[1] for m in mechanisms]
     prefix = _prefix(mechanisms[0])  # released values only: the same state for both datasets
     round1 = [_step(m, prefix, 1, _force_selection)[1] for m in mechanisms]
-    assert [c.primitive for c in round0[0]] == ["gaussian"]
-    assert [c.primitive for c in round1[0]] == ["exponential", "gaussian"]
+    assert [c.primitive for c in round0[0]] == [MEASURE]
+    assert [c.primitive for c in round1[0]] == [SELECT, MEASURE]
     parts = {
         "round 0 measurement": (round0[0][0], round0[1][0]),
         "selection": (round1[0][0], round1[1][0]),
@@ -159,10 +167,10 @@ def _replay(call: Call, runs: int, seed: int) -> np.ndarray:
 
 def _claim(call: Call, delta: float = FAST_DELTA) -> float:
     """The call's own claim: pure epsilon for a selection (attacked with delta = 0), the exact
-    (epsilon, delta) conversion of its rho for a Gaussian."""
-    if call.primitive == "exponential":
+    (epsilon, delta) conversion of its rho for a (discrete) Gaussian."""
+    if call.primitive == SELECT:
         return 2.0 * call.kwargs["sensitivity"] / call.kwargs["scale"]
-    rho = accounting.charge_rho("gaussian", call.kwargs["sensitivity"], call.kwargs["sigma"])
+    rho = accounting.charge_rho(MEASURE, call.kwargs["sensitivity"], call.kwargs["sigma"])
     return accounting.cdp_epsilon(rho, delta)
 
 
@@ -195,8 +203,9 @@ PARTS = ("round 0 measurement", "selection", "measurement")
 
 
 def _reveal(value) -> np.ndarray:
-    """A recorded private argument, read the sanctioned way: through `noise.gaussian` with a
-    scale (1e-9) that leaves float32 values unchanged. For the deterministic checks only."""
+    """A recorded private argument (float scores or int32 counts), read the sanctioned way:
+    through `noise.gaussian` with a scale (1e-9) that leaves float32 values unchanged. For the
+    deterministic checks only."""
     revealed, _ = noise.gaussian(jax.random.key(99), value, sigma=1e-9, sensitivity=1.0)
     return np.asarray(revealed, np.float64)
 
@@ -233,6 +242,8 @@ def test_neighbours_are_a_worst_case(honest):
         assert np.linalg.norm(true_prime - true) == pytest.approx(honest[part][0].kwargs["sensitivity"])
         for call, expected in zip(honest[part], TRUE[part], strict=True):  # AIM measures the counts
             np.testing.assert_array_equal(_reveal(call.value), expected)
+            (counts,) = jax.tree_util.tree_leaves(call.value)
+            assert counts.dtype == jnp.int32  # exact noise is added to integers
 
 
 @pytest.mark.parametrize("part", PARTS)
