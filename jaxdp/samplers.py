@@ -31,6 +31,7 @@ Expected cost: about 1.4 Laplace proposals per Gaussian draw, each a few dozen 3
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from fractions import Fraction
 from typing import NamedTuple
@@ -168,8 +169,10 @@ def _first_true(flags: Array) -> tuple[Array, Array]:
     return jnp.where(found, jnp.argmax(flags, axis=-1), width).astype(jnp.int32), found
 
 
-def _at_least(high: Array, low: Array, value: int) -> Array:
-    """(high, low) >= value for a Python int value < 2^64."""
+def _at_least(high: Array, low: Array, value) -> Array:
+    """(high, low) >= value: a Python int below 2^64, or a uint32 array (one word)."""
+    if not isinstance(value, int):
+        return (high > 0) | (low >= value)
     v_high, v_low = divmod(value, _WORD)
     return (high > jnp.uint32(v_high)) | ((high == jnp.uint32(v_high)) & (low >= jnp.uint32(v_low)))
 
@@ -209,16 +212,25 @@ def _mul_wide(a: Array, b: Array) -> tuple[Array, Array]:
 PROPOSE, SCALE, COUNT, WHOLE, FRACTION, DONE = range(6)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Program:
-    """Static description of what the per-entry program samples."""
+class _Params(NamedTuple):
+    """The numbers a program runs with, as uint32 scalars: traced, so that one compiled program
+    serves every sigma, scale and rate (AIM changes them every round)."""
 
-    t: int  # Laplace proposal scale: the proposal is Lap_Z(t)
-    cap: int  # largest X kept
-    gaussian: GaussianLattice | None = None  # accept-reject to a discrete Gaussian
-    divide: int = 1  # Laplace: output floor(X / divide), i.e. Lap_Z(t / divide)
-    denominator: int = 1  # gamma denominator in WHOLE / FRACTION (2 c k t for the Gaussian)
-    reject_ends: bool = False  # bernoulli_exp: a rejection ends with value 0
+    t: Array  # Laplace proposal scale: the proposal is Lap_Z(t)
+    cap: Array  # largest X kept
+    v_limit: Array  # cap // t: larger V is rejected before t * V could overflow
+    divide: Array  # Laplace: output floor(X / divide), i.e. Lap_Z(t / divide)
+    k: Array  # Gaussian lattice denominator
+    c: Array  # Gaussian lattice: sigma^2 / t = c / k
+    denominator: Array  # gamma denominator in WHOLE / FRACTION (2 c k t for the Gaussian)
+
+
+def _params(
+    t: int = 1, cap: int = 1, divide: int = 1, k: int = 1, c: int = 0, denominator: int = 1
+) -> _Params:
+    values = (t, cap, cap // t, divide, k, c, denominator)
+    assert all(0 <= v < _WORD for v in values)
+    return _Params(*(jnp.asarray(v, jnp.uint32) for v in values))
 
 
 class _Registers(NamedTuple):
@@ -255,7 +267,7 @@ def _exp_one_step(word: Array, k: Array) -> tuple[Array, Array, Array]:
     return decided, success, next_k
 
 
-def _fraction_step(words: tuple[Array, Array], numerator: Array, denominator: int, k: Array):
+def _fraction_step(words: tuple[Array, Array], numerator: Array, denominator: Array, k: Array):
     """One step of the Bernoulli(exp(-numerator / denominator)) K-loop: (decided, success, next_k).
 
     A_k = Bernoulli(numerator / denominator) and Bernoulli(1 / k); K = the first k with A_k = 0.
@@ -267,11 +279,14 @@ def _fraction_step(words: tuple[Array, Array], numerator: Array, denominator: in
     return ok & ~one, k % 2 == 1, jnp.where(ok & one, k + 1, k)
 
 
-def _step(program: _Program, r: _Registers, words: tuple[Array, Array]) -> _Registers:
-    """Advance every entry by one step of its program."""
-    t, den = program.t, program.denominator
+def _step(
+    gaussian: bool, reject_ends: bool, p: _Params, r: _Registers, words: tuple[Array, Array]
+) -> _Registers:
+    """Advance every entry by one step of its program (`gaussian`: accept-reject to a discrete
+    Gaussian after COUNT; `reject_ends`: `bernoulli_exp`, a rejection ends with value 0)."""
+    t, den = p.t, p.denominator
     phase, k = r.phase, r.k
-    reject = DONE if program.reject_ends else PROPOSE
+    reject = DONE if reject_ends else PROPOSE
 
     # PROPOSE: U, then A_1 = Bernoulli(U / t) from the second word.
     u_new, u_ok = _below(words[0], t)
@@ -286,16 +301,14 @@ def _step(program: _Program, r: _Registers, words: tuple[Array, Array]) -> _Regi
 
     # COUNT ending: X = U + t V, the sign from the second word (unused by COUNT otherwise).
     negative = (words[1] & jnp.uint32(1)) == 1
-    within = r.v <= program.cap // t  # before multiplying, so that t * v cannot overflow
-    x = r.u.astype(jnp.int32) + jnp.int32(t) * jnp.where(within, r.v, 0)
-    magnitude = x // program.divide
-    bad = ~within | (x > program.cap) | (negative & (magnitude == 0))
+    within = r.v <= p.v_limit.astype(jnp.int32)  # before multiplying: t * v cannot overflow
+    x = r.u.astype(jnp.int32) + t.astype(jnp.int32) * jnp.where(within, r.v, 0)
+    magnitude = x // p.divide.astype(jnp.int32)
+    bad = ~within | (x > p.cap.astype(jnp.int32)) | (negative & (magnitude == 0))
     signed = jnp.where(negative, -magnitude, magnitude)
-    if program.gaussian is not None:
-        lattice = program.gaussian
-        scaled = jnp.uint32(lattice.k) * x.astype(jnp.uint32)  # k * cap + c < 2^32
-        c = jnp.uint32(lattice.c)
-        distance = jnp.where(scaled >= c, scaled - c, c - scaled)
+    if gaussian:
+        scaled = p.k * x.astype(jnp.uint32)  # k * cap + c < 2^32
+        distance = jnp.where(scaled >= p.c, scaled - p.c, p.c - scaled)
         g_high, g_low = _mul_wide(distance, distance)
         after = jnp.where(_at_least(g_high, g_low, den), WHOLE, FRACTION)
     else:
@@ -307,8 +320,8 @@ def _step(program: _Program, r: _Registers, words: tuple[Array, Array]) -> _Regi
     count_more = in_count & one_decided & one_success
     count_end = in_count & one_decided & ~one_success
     whole_taken = in_whole & one_decided & one_success
-    borrow = (r.low < jnp.uint32(den % _WORD)).astype(jnp.uint32)
-    w_high, w_low = r.high - jnp.uint32(den // _WORD) - borrow, r.low - jnp.uint32(den % _WORD)
+    borrow = (r.low < den).astype(jnp.uint32)
+    w_high, w_low = r.high - borrow, r.low - den
 
     new_phase = jnp.select(
         [
@@ -343,21 +356,21 @@ def _step(program: _Program, r: _Registers, words: tuple[Array, Array]) -> _Regi
     v = jnp.select([proposing | in_scale, count_more], [0, r.v + 1], r.v)
     high = jnp.select([count_end, whole_taken], [g_high, w_high], r.high)
     low = jnp.select([count_end, whole_taken], [g_low, w_low], r.low)
-    if program.reject_ends:
+    if reject_ends:
         value = jnp.where(in_fraction & frac_decided & frac_odd, 1, r.value)
     else:
         value = jnp.where(count_end, signed, r.value)
     return _Registers(new_phase.astype(jnp.int32), new_k.astype(jnp.int32), u, v, high, low, value)
 
 
-def _iterate(program: _Program, registers: _Registers, key: Key, steps: int) -> _Registers:
+def _iterate(program: tuple, registers: _Registers, key: Key, steps: int) -> _Registers:
     """`steps` iterations of `_step` with fresh words each (fixed count)."""
     shape = registers.phase.shape
 
     def body(i, r):
         sub = jax.random.fold_in(key, i)
         words = (_words(jax.random.fold_in(sub, 0), shape), _words(jax.random.fold_in(sub, 1), shape))
-        return _step(program, r, words)
+        return _step(*program, r, words)
 
     return jax.lax.fori_loop(0, steps, body, registers)
 
@@ -372,7 +385,7 @@ _BUFFER_FRACTION = 8
 _BUFFER_STEPS = 6
 
 
-def _gather_iterate(program: _Program, r: _Registers, key: Key, size: int, steps: int) -> _Registers:
+def _gather_iterate(program: tuple, r: _Registers, key: Key, size: int, steps: int) -> _Registers:
     """Gather up to `size` unfinished entries into a buffer, iterate there, scatter them back.
 
     The position an entry occupies changes which words it reads, not their law: every (stage,
@@ -387,9 +400,17 @@ def _gather_iterate(program: _Program, r: _Registers, key: Key, size: int, steps
     return jax.tree.map(lambda a, b: a.at[index].set(b, mode="drop"), r, stepped)
 
 
-def _run(program: _Program, registers: _Registers, key: Key) -> _Registers:
+@functools.partial(jax.jit, static_argnames=("gaussian", "reject_ends"))
+def _run(
+    key: Key, params: _Params, registers: _Registers, *, gaussian: bool, reject_ends: bool
+) -> _Registers:
     """Iterate until every entry is DONE: small arrays at full width; larger ones
-    `_FULL_WIDTH_STEPS` iterations at full width, then buffers of unfinished entries."""
+    `_FULL_WIDTH_STEPS` iterations at full width, then buffers of unfinished entries.
+
+    Jitted with the parameters as arguments: eager callers (AIM's rounds) reuse one program per
+    shape whatever their sigma; inside an enclosing jit it is inlined.
+    """
+    program = (gaussian, reject_ends, params)
     flat = jax.tree.map(jnp.ravel, registers)
     n = flat.phase.shape[0]
 
@@ -438,52 +459,60 @@ LAPLACE_CAP = 2**30
 def discrete_gaussian(key: Key, shape: tuple[int, ...], lattice: GaussianLattice) -> Array:
     """int32 draws from the discrete Gaussian N_Z(0, lattice.variance), i.i.d. over `shape`
     (CKS20 Algorithm 3 with a Lap_Z(t) proposal), truncated at |y| <= lattice.cap."""
-    program = _Program(t=lattice.t, cap=lattice.cap, gaussian=lattice, denominator=lattice.denominator)
-    return _run(program, _fresh(shape), key).value
+    params = _params(t=lattice.t, cap=lattice.cap, k=lattice.k, c=lattice.c, denominator=lattice.denominator)
+    return _run(key, params, _fresh(shape), gaussian=True, reject_ends=False).value
 
 
 def discrete_laplace(key: Key, shape: tuple[int, ...], t: int, s: int) -> Array:
     """int32 draws from Lap_Z(t / s): P(y) proportional to exp(-|y| s / t) (CKS20 Algorithm 2),
     truncated at |y| <= 2^30 / s (the mass beyond is below exp(-2^30 / t) < exp(-60))."""
-    return _run(_Program(t=t, cap=LAPLACE_CAP, divide=s), _fresh(shape), key).value
+    params = _params(t=t, cap=LAPLACE_CAP, divide=s)
+    return _run(key, params, _fresh(shape), gaussian=False, reject_ends=False).value
 
 
-def bernoulli_exp(key: Key, high: Array, low: Array, denominator: int) -> Array:
+def bernoulli_exp(key: Key, high: Array, low: Array, denominator) -> Array:
     """Bernoulli(exp(-gamma)) with gamma = (high 2^32 + low) / denominator (CKS20 Algorithm 1).
 
     Args:
         high, low: uint32 arrays, the numerator's words.
-        denominator: Python int in [1, 2^32).
+        denominator: in [1, 2^32): a Python int or a uint32 scalar array.
     """
     high, low = high.astype(jnp.uint32), low.astype(jnp.uint32)
+    denominator = jnp.asarray(denominator, jnp.uint32)
     phase = jnp.where(_at_least(high, low, denominator), WHOLE, FRACTION).astype(jnp.int32)
     registers = _fresh(high.shape)._replace(phase=phase, high=high, low=low)
-    program = _Program(t=1, cap=1, denominator=denominator, reject_ends=True)
-    return _run(program, registers, key).value == 1
+    params = _params()._replace(denominator=denominator)
+    return _run(key, params, registers, gaussian=False, reject_ends=True).value == 1
 
 
-def exponential_choice(
-    key: Key, gaps: Array, eligible: Array, rate_numerator: int, rate_denominator: int
-) -> Array:
+def exponential_choice(key: Key, gaps: Array, eligible: Array, rate_numerator, rate_denominator) -> Array:
     """Sample i with probability proportional to eligible_i * exp(-rate * gaps_i), exactly.
 
     gaps: (n,) uint32, >= 0 (a candidate's distance below the best, in grid steps); rate =
-    rate_numerator / rate_denominator (Python ints below 2^32). Rejection from the uniform
-    proposal: each round draws n proposals and returns the first accepted one. With an eligible
-    candidate at gap 0, a round accepts with probability at least 1 - (1 - 1/n)^n >= 0.63.
+    rate_numerator / rate_denominator (integers below 2^32: Python ints or uint32 scalars).
+    Rejection from the uniform proposal: each round draws n proposals and returns the first
+    accepted one. With an eligible candidate at gap 0, a round accepts with probability at least
+    1 - (1 - 1/n)^n >= 0.63.
 
     Returns:
         int32 scalar index.
     """
+    rate = (jnp.asarray(rate_numerator, jnp.uint32), jnp.asarray(rate_denominator, jnp.uint32))
+    return _exponential_choice(key, gaps.astype(jnp.uint32), jnp.asarray(eligible, bool), *rate)
+
+
+@jax.jit
+def _exponential_choice(
+    key: Key, gaps: Array, eligible: Array, numerator: Array, denominator: Array
+) -> Array:
     n = gaps.shape[0]
-    gaps = gaps.astype(jnp.uint32)
 
     def trial(k):
         index, ok = _below(_words(jax.random.fold_in(k, 0), (n,)), n)
         index = index.astype(jnp.int32)
         candidate = ok & eligible[index]
-        high, low = _mul_wide(gaps[index], jnp.full((n,), rate_numerator, jnp.uint32))
-        keep = candidate & bernoulli_exp(jax.random.fold_in(k, 1), high, low, rate_denominator)
+        high, low = _mul_wide(gaps[index], jnp.broadcast_to(numerator, (n,)))
+        keep = candidate & bernoulli_exp(jax.random.fold_in(k, 1), high, low, denominator)
         first, found = _first_true(keep)
         return index[jnp.minimum(first, n - 1)], found
 
