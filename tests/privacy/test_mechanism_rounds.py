@@ -57,6 +57,7 @@ from jaxdp import accounting, noise
 from jaxdp.evaluate import fractions
 from jaxdp.keys import Stream, round_key, stream_key
 from jaxdp.mechanisms import AdaptiveHistogram, Gaussian, Independent, RapPlusPlus, RelaxedAdaptive
+from jaxdp.mechanisms._common import count_unit
 from jaxdp.mechanisms.dualquery import DualQuery, dualquery
 from jaxdp.mechanisms.fem import FEM, fem
 from jaxdp.queries import all_kway
@@ -213,6 +214,10 @@ def _summary(mechanism, prefix, private_round: int, sigma: float, key):
     return (jnp.int32(-1) if selected is None else selected.astype(jnp.int32)), statistic
 
 
+SELECTIONS = ("exponential", "gumbel_top_k", "discrete_exponential", "discrete_top_k")
+MEASUREMENTS = ("gaussian", "discrete_gaussian")
+
+
 class Claims(NamedTuple):
     """The honest round's per-primitive claims and its Gaussian's sigma (None where absent)."""
 
@@ -231,12 +236,14 @@ def _claims(mechanism, private_round: int, seed: int, delta: float) -> Claims:
             continue
         primitive = noise.PRIMITIVES[int(charge.primitive)]
         sensitivity, scale = float(charge.sensitivity), float(charge.scale)
-        if primitive in ("exponential", "gumbel_top_k") and selection is None:
+        if primitive in SELECTIONS and selection is None:
             epsilon = 2.0 * sensitivity / scale
             selection = epsilon  # pure epsilon-DP: tested with delta = 0
-        elif primitive == "gaussian":
-            sigma = scale
-            measurement = accounting.cdp_epsilon(accounting.charge_rho("gaussian", sensitivity, scale), delta)
+        elif primitive in MEASUREMENTS:
+            # Charges are in counts; the statistic is in the mechanism's answers (counts / n under
+            # replace-one), so sigma is converted to those units.
+            sigma = scale * count_unit(mechanism.relation, N_RECORDS)
+            measurement = accounting.cdp_epsilon(accounting.charge_rho(primitive, sensitivity, scale), delta)
     return Claims(selection, measurement, sigma)
 
 
