@@ -10,14 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxdp import _checks
-from jaxdp.accounting import CONVERSIONS, Plan
+from jaxdp import _checks, samplers
+from jaxdp.accounting import CONVERSIONS, Plan, gaussian_sigma
 from jaxdp.domain import DataError, Dataset
 from jaxdp.queries import (
     MarginalWorkload,
     marginal_counts,
     marginal_fractions,
-    marginal_sensitivity,
     shard_records,
     sharded_marginal_counts,
 )
@@ -52,10 +51,12 @@ def as_relation(relation: Neighboring | str) -> Neighboring:
     return Neighboring(relation)
 
 
-def marginal_l2_sensitivity(n_marginals: int, relation: Neighboring, n_records: int) -> float:
-    """L2 sensitivity of the concatenated answers of `n_marginals` marginals: one record touches
-    one cell of each, so sqrt(m) times one marginal's (`queries.marginal_sensitivity`)."""
-    return math.sqrt(n_marginals) * marginal_sensitivity(relation, n_records)[1]
+def marginal_count_sensitivity(n_marginals: int, relation: Neighboring) -> float:
+    """L2 sensitivity, in counts, of the concatenated counts of `n_marginals` marginals: one
+    record touches one cell of each, so sqrt(m) under add/remove, and sqrt(2 m) under replace-one
+    (one cell of each marginal loses the record and another gains it)."""
+    per_marginal = 1.0 if relation is Neighboring.ADD_REMOVE else 2.0
+    return math.sqrt(per_marginal * n_marginals)
 
 
 def require_categorical(data: Dataset, mechanism: str) -> None:
@@ -110,11 +111,6 @@ def count_marginals(codes: Array, workload: MarginalWorkload, n_records: int, me
     return sharded_marginal_counts(codes, workload, mesh=mesh, n_records=n_records)
 
 
-def answers_view(counts: Array, relation: Neighboring, n_records: int) -> Array:
-    """Counts under add/remove; fractions (counts / n, n public) under replace-one."""
-    return counts if relation is Neighboring.ADD_REMOVE else counts / n_records
-
-
 # One compiled program per workload shape, shared by every factory that answers a workload.
 fractions = jax.jit(marginal_fractions, static_argnums=1)
 
@@ -160,6 +156,16 @@ def count_unit(relation: Neighboring, n_records: int) -> float:
     """What one count is worth in a mechanism's answers: 1 under add/remove, 1 / n (public)
     under replace-one. Noisy counts times this are the noisy answers (post-processing)."""
     return 1.0 if relation is Neighboring.ADD_REMOVE else 1.0 / n_records
+
+
+def count_sigma(sensitivity: float, rho: float, noise: str) -> float:
+    """The Gaussian scale, in counts, of a measurement of L2 sensitivity `sensitivity` (counts)
+    costing at most `rho`: `accounting.gaussian_sigma`, raised under discrete noise to the exact
+    sampler's smallest scale (`samplers.SIGMA_MIN`, 1/64 of a count). Huge budgets ask for less;
+    raising sigma only lowers the cost, and below it the integer noise is zero with probability
+    1 - exp(-2048) anyway."""
+    sigma = gaussian_sigma(sensitivity, rho)
+    return max(sigma, samplers.SIGMA_MIN) if noise == "discrete" else sigma
 
 
 def round_shares(rho_budget: float, rounds: int, alpha: float) -> tuple[float, float]:

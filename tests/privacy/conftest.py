@@ -4,11 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from jaxdp import noise
+from jaxdp import noise, samplers
 
 # control -> (factor on the noise scale, factor on the declared sensitivity)
 CONTROLS = {"half the noise": (0.5, 1.0), "no noise": (0.0, 1.0), "halved sensitivity": (0.5, 0.5)}
-SCALE_ARGUMENT = {"gaussian": "sigma", "laplace": "scale", "exponential": "scale", "gumbel_top_k": "scale"}
+SCALE_ARGUMENT = {
+    "gaussian": "sigma",
+    "laplace": "scale",
+    "exponential": "scale",
+    "gumbel_top_k": "scale",
+    "discrete_gaussian": "sigma",
+    "discrete_laplace": "scale",
+    "discrete_exponential": "scale",
+    "discrete_top_k": "scale",
+}
+
+
+def _no_noise_scale(primitive: str, sensitivity: float) -> float:
+    """A scale with no noise left in practice that the primitive still accepts: the exact
+    samplers refuse 0 (the discrete Gaussian below samplers.SIGMA_MIN, where it is 0 with
+    probability 1 - exp(-2048); the exact exponential mechanism beyond a rate of 2^20 per grid
+    step, and 1e5 steps of sensitivity / 64 per unit of sensitivity already pick the argmax)."""
+    if primitive in ("discrete_gaussian", "discrete_laplace"):
+        return samplers.SIGMA_MIN
+    if primitive in ("discrete_exponential", "discrete_top_k"):
+        return 1e-5 * sensitivity
+    return 1e-9  # no noise in float32
 
 
 @pytest.fixture
@@ -23,10 +44,10 @@ def broken_noise(monkeypatch):
         for name, argument in SCALE_ARGUMENT.items():
             original = getattr(noise, name)
 
-            def broken(*args, _original=original, _argument=argument, **kwargs):
+            def broken(*args, _original=original, _name=name, _argument=argument, **kwargs):
                 scaled = scale_factor * kwargs[_argument]
-                kwargs[_argument] = scaled if scaled > 0 else 1e-9  # 1e-9: no noise in float32
                 kwargs["sensitivity"] = sensitivity_factor * kwargs["sensitivity"]
+                kwargs[_argument] = scaled if scaled > 0 else _no_noise_scale(_name, kwargs["sensitivity"])
                 return _original(*args, **kwargs)
 
             monkeypatch.setattr(noise, name, broken)

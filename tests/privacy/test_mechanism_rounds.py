@@ -11,9 +11,11 @@ releases is read from its State and Info (both releasable by contract):
   simplex projection, which is post-processing), reduced to one statistic, their projection on
   the direction D -> D' of the measured queries' true answers, attacked with threshold events.
 
-Each part is held to the claim of the private primitive behind it, read from the round's Charges:
-pure epsilon-DP with epsilon = 2 sensitivity / scale for a selection (attacked with delta = 0),
-cdp_epsilon(sensitivity^2 / (2 sigma^2), delta) for a measurement. Conditional on the
+Each part is held to the claim of the private primitive behind it, read from the round's Charges
+(exact or float primitives alike): pure epsilon-DP with epsilon = 2 sensitivity / scale for a
+selection (attacked with delta = 0), cdp_epsilon(sensitivity^2 / (2 sigma^2), delta) for a
+measurement. Measurements add noise to counts, so their sigma is in counts: the statistic, in
+fractions, uses sigma / n. Conditional on the
 selections, the measurement noise is independent of them (separate key streams) and the
 statistic is N(0, 1) on D and N(shift, 1) on D' whatever was selected, so pooling the runs is
 sound. The false-failure rate of each honest test is ALPHA = 1e-5 (`test_empirical_dp`).
@@ -213,6 +215,10 @@ def _summary(mechanism, prefix, private_round: int, sigma: float, key):
     return (jnp.int32(-1) if selected is None else selected.astype(jnp.int32)), statistic
 
 
+SELECTIONS = ("exponential", "gumbel_top_k", "discrete_exponential", "discrete_top_k")
+MEASUREMENTS = ("gaussian", "discrete_gaussian")
+
+
 class Claims(NamedTuple):
     """The honest round's per-primitive claims and its Gaussian's sigma (None where absent)."""
 
@@ -231,12 +237,12 @@ def _claims(mechanism, private_round: int, seed: int, delta: float) -> Claims:
             continue
         primitive = noise.PRIMITIVES[int(charge.primitive)]
         sensitivity, scale = float(charge.sensitivity), float(charge.scale)
-        if primitive in ("exponential", "gumbel_top_k") and selection is None:
+        if primitive in SELECTIONS and selection is None:
             epsilon = 2.0 * sensitivity / scale
             selection = epsilon  # pure epsilon-DP: tested with delta = 0
-        elif primitive == "gaussian":
-            sigma = scale
-            measurement = accounting.cdp_epsilon(accounting.charge_rho("gaussian", sensitivity, scale), delta)
+        elif primitive in MEASUREMENTS:
+            sigma = scale / N_RECORDS  # counts to the fractions the statistic is in (replace-one)
+            measurement = accounting.cdp_epsilon(accounting.charge_rho(primitive, sensitivity, scale), delta)
     return Claims(selection, measurement, sigma)
 
 
