@@ -1,7 +1,7 @@
 """Private selection of what to measure next, shared by every adaptive mechanism.
 
-Two rules over a marginal workload, both the exponential mechanism via `noise.exponential`
-(Gumbel-max on score / scale):
+Two rules over a marginal workload, both the exponential mechanism via `noise.select`: exact on
+scores quantised to a public grid (noise="discrete") or Gumbel-max on score / scale ("float"):
 
 - `select_marginal` (the marginal trick, GEM/PEP Appendix A.1): the score of a marginal is its
   largest cell error |a_c(P) - a_c(D)|; a whole marginal is then measured.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxdp import noise
+from jaxdp import noise as noise_module
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive
 
@@ -43,6 +43,7 @@ def select_marginal(
     *,
     scale: float,
     sensitivity: float,
+    noise: str,
 ) -> tuple[Array, Charge]:
     """Pick a marginal with large error (exponential mechanism on the max cell error).
 
@@ -52,8 +53,9 @@ def select_marginal(
         synthetic_answers: (workload.n_queries,) answers of the current synthetic distribution.
         workload: the marginals.
         eligible: (n_marginals,) bool; e.g. not measured yet. At least one must be True.
-        scale: Gumbel scale fixed by the plan (`accounting.gumbel_scale`).
+        scale: 2 sensitivity / epsilon, fixed by the plan (`accounting.gumbel_scale`).
         sensitivity: `score_sensitivity(relation, n)`.
+        noise: "discrete" (exact exponential mechanism) or "float" (Gumbel-max), `noise.NOISES`.
 
     Returns:
         (int32 marginal index, Charge).
@@ -62,7 +64,7 @@ def select_marginal(
         Exponential mechanism, epsilon = 2 sensitivity / scale, epsilon^2 / 8 zCDP.
     """
     scores = true_answers.map(max_cell_errors, synthetic_answers, workload)
-    return noise.exponential(key, scores, scale=scale, sensitivity=sensitivity, mask=eligible)
+    return noise_module.select(key, scores, scale=scale, sensitivity=sensitivity, noise=noise, mask=eligible)
 
 
 def select_query(
@@ -73,6 +75,7 @@ def select_query(
     *,
     scale: float,
     sensitivity: float,
+    noise: str,
 ) -> tuple[Array, Charge]:
     """Pick a single counting query with large error (exponential mechanism on |error|).
 
@@ -82,4 +85,4 @@ def select_query(
         Exponential mechanism, epsilon = 2 sensitivity / scale, epsilon^2 / 8 zCDP.
     """
     scores = true_answers.map(lambda a: jnp.abs(a - synthetic_answers))
-    return noise.exponential(key, scores, scale=scale, sensitivity=sensitivity, mask=eligible)
+    return noise_module.select(key, scores, scale=scale, sensitivity=sensitivity, noise=noise, mask=eligible)

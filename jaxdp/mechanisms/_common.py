@@ -17,7 +17,6 @@ from jaxdp.queries import (
     MarginalWorkload,
     marginal_counts,
     marginal_fractions,
-    marginal_sensitivity,
     shard_records,
     sharded_marginal_counts,
 )
@@ -52,10 +51,12 @@ def as_relation(relation: Neighboring | str) -> Neighboring:
     return Neighboring(relation)
 
 
-def marginal_l2_sensitivity(n_marginals: int, relation: Neighboring, n_records: int) -> float:
-    """L2 sensitivity of the concatenated answers of `n_marginals` marginals: one record touches
-    one cell of each, so sqrt(m) times one marginal's (`queries.marginal_sensitivity`)."""
-    return math.sqrt(n_marginals) * marginal_sensitivity(relation, n_records)[1]
+def marginal_count_sensitivity(n_marginals: int, relation: Neighboring) -> float:
+    """L2 sensitivity, in counts, of the concatenated counts of `n_marginals` marginals: one
+    record touches one cell of each, so sqrt(m) under add/remove, and sqrt(2 m) under replace-one
+    (one cell of each marginal loses the record and another gains it)."""
+    per_marginal = 1.0 if relation is Neighboring.ADD_REMOVE else 2.0
+    return math.sqrt(per_marginal * n_marginals)
 
 
 def require_categorical(data: Dataset, mechanism: str) -> None:
@@ -108,11 +109,6 @@ def count_marginals(codes: Array, workload: MarginalWorkload, n_records: int, me
     if mesh is None:
         return marginal_counts(codes, workload)
     return sharded_marginal_counts(codes, workload, mesh=mesh, n_records=n_records)
-
-
-def answers_view(counts: Array, relation: Neighboring, n_records: int) -> Array:
-    """Counts under add/remove; fractions (counts / n, n public) under replace-one."""
-    return counts if relation is Neighboring.ADD_REMOVE else counts / n_records
 
 
 # One compiled program per workload shape, shared by every factory that answers a workload.

@@ -2,8 +2,9 @@
 public-data variants (PMW-Pub, PEP-Pub); they differ only in the update rule and the support.
 
 Each round: select a marginal (or a single counting query) with the exponential mechanism on its
-error under the current distribution, measure it with the Gaussian mechanism, then update the
-distribution from all measurements so far (post-processing).
+error under the current distribution, measure its counts with the Gaussian mechanism (exact
+discrete Gaussian noise by default), then update the distribution from all measurements so far
+(post-processing).
 """
 
 from __future__ import annotations
@@ -14,8 +15,15 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from jaxdp import _checks, noise, selection
-from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma, gumbel_scale
+from jaxdp import _checks, selection
+from jaxdp import noise as noise_module
+from jaxdp.accounting import (
+    MEASURE_PRIMITIVE,
+    SELECT_PRIMITIVE,
+    Plan,
+    PlannedCharge,
+    gumbel_scale,
+)
 from jaxdp.domain import DataError, Dataset
 from jaxdp.families.histogram import (
     DenseSupport,
@@ -34,8 +42,10 @@ from jaxdp.families.projection import (
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.mechanisms._common import (
     as_relation,
+    count_sigma,
+    count_unit,
     make_plan,
-    private_fractions,
+    private_counts,
     require_categorical,
     round_shares,
 )
@@ -70,18 +80,25 @@ class HistogramInfo(NamedTuple):
 class AdaptiveHistogram:
     """MWEM / PEP / PMW-Pub / PEP-Pub; build with their factories.
 
+    `counts` holds the workload's true int32 counts; selection scores and updates use fractions
+    (counts / n, n public). `sigma` and `measure_sensitivity` are in counts. `noise` picks the
+    primitives: "discrete" (the default) measures with exact discrete Gaussian noise and selects
+    with the exact exponential mechanism; "float" uses float32 Gaussian noise and Gumbel-max
+    (faster, but its delta is not met exactly; see `jaxdp.noise`).
+
     Privacy:
-        Relation replace-one (n public; answers are fractions). Each of `rounds` rounds runs one
-        exponential mechanism (score = max cell error of a marginal, or a query's error;
-        sensitivity 1/n; stream SELECT) and one Gaussian measurement (a whole marginal with L2
-        sensitivity sqrt(2)/n, or one query with sensitivity 1/n; stream MEASURE). With
-        epsilon_0 = sqrt(2 rho / (T (alpha^2 + (1 - alpha)^2))) the selection runs at 2 alpha
-        epsilon_0 and the measurement at noise sensitivity / ((1 - alpha) epsilon_0), so each
-        round costs rho / T (GEM/PEP paper, Section 3.1). Updates and release are
-        post-processing (stream RELEASE samples the output).
+        Relation replace-one (n public). Each of `rounds` rounds runs one exponential mechanism
+        (score = max cell error of a marginal, or a query's error, in fractions; sensitivity
+        1/n; stream SELECT) and one Gaussian measurement of counts (a whole marginal with L2
+        sensitivity sqrt(2), or one query with sensitivity 1; stream MEASURE), divided by n
+        afterwards (post-processing). With epsilon_0 = sqrt(2 rho / (T (alpha^2 +
+        (1 - alpha)^2))) the selection runs at 2 alpha epsilon_0 and the measurement at noise
+        sensitivity / ((1 - alpha) epsilon_0), so each round costs rho / T (GEM/PEP paper,
+        Section 3.1). Updates and release are post-processing (stream RELEASE samples the
+        output).
     """
 
-    answers: Sensitive
+    counts: Sensitive
     support: DenseSupport | PublicSupport
     padding: MarginalPadding
     workload: MarginalWorkload = static_field()
@@ -99,6 +116,7 @@ class AdaptiveHistogram:
     step_size: float = static_field()
     output: str = static_field()
     plan: Plan = static_field()
+    noise: str = static_field()
     relation: Neighboring = static_field(default=Neighboring.REPLACE_ONE)
 
     def init(self, key: Key) -> HistogramState:
@@ -115,39 +133,45 @@ class AdaptiveHistogram:
         )
 
     def step(self, state: HistogramState, key: Key) -> tuple[HistogramState, HistogramInfo]:
+        """One round: select, measure, update.
+
+        Privacy:
+            Reads the true counts twice: the selection scores (their fractions against the
+            current distribution) and the measured marginal's or query's counts.
+        """
         require_key(key)
         t = state.rounds_done
         current = self.support.answers(probabilities(state.log_weights))
         select_key, measure_key = stream_key(key, Stream.SELECT), stream_key(key, Stream.MEASURE)
+        unit = count_unit(self.relation, self.n_records)
+        true_fractions = self.counts.map(lambda c: c * unit)
         if self.marginal_trick:
             chosen, select_charge = selection.select_marginal(
                 select_key,
-                self.answers,
+                true_fractions,
                 current,
                 self.workload,
                 state.eligible,
                 scale=self.select_scale,
                 sensitivity=self.select_sensitivity,
+                noise=self.noise,
             )
-            true = self.answers.map(lambda a: self.padding.marginal(a, chosen))
-            noisy, measure_charge = noise.gaussian(
-                measure_key, true, sigma=self.sigma, sensitivity=self.measure_sensitivity
+            noisy, measure_charge = self._measure(
+                measure_key, self.counts.map(lambda c: self.padding.marginal(c, chosen))
             )
             marginal, cell = chosen, jnp.int32(-1)
             target = project_to_simplex(noisy, self.padding.valid[marginal])
         else:
             chosen, select_charge = selection.select_query(
                 select_key,
-                self.answers,
+                true_fractions,
                 current,
                 state.eligible,
                 scale=self.select_scale,
                 sensitivity=self.select_sensitivity,
+                noise=self.noise,
             )
-            true = self.answers.map(lambda a: a[chosen])
-            noisy, measure_charge = noise.gaussian(
-                measure_key, true, sigma=self.sigma, sensitivity=self.measure_sensitivity
-            )
+            noisy, measure_charge = self._measure(measure_key, self.counts.map(lambda c: c[chosen]))
             marginal = jnp.asarray(self.workload.marginal_of_query())[chosen]
             cell = chosen - jnp.asarray(self.workload.offsets, jnp.int32)[marginal]
             target = jnp.zeros(self.padding.max_cells, jnp.float32).at[cell].set(jnp.clip(noisy, 0.0, 1.0))
@@ -163,6 +187,18 @@ class AdaptiveHistogram:
             rho_spent=state.rho_spent + self.plan.rho_planned / self.rounds,
         )
         return new, HistogramInfo((select_charge, measure_charge), chosen)
+
+    def _measure(self, key: Key, true_counts: Sensitive) -> tuple[Array, Charge]:
+        """Noisy fractions of `true_counts`: Gaussian noise on the counts, then / n.
+
+        Privacy:
+            One Gaussian measurement in counts (`noise.measure_counts`, sigma and sensitivity in
+            counts); the division by the public n is post-processing.
+        """
+        noisy_counts, charge = noise_module.measure_counts(
+            key, true_counts, sigma=self.sigma, sensitivity=self.measure_sensitivity, noise=self.noise
+        )
+        return noisy_counts * count_unit(self.relation, self.n_records), charge
 
     def _update(self, log_weights: Array, meas: Measurements, t: Array) -> Array:
         if self.rule == "pep":
@@ -213,9 +249,11 @@ def build(
     step_size: float = 0.5,
     output: str = "last",
     mesh: Mesh | None = None,
+    noise: str = "discrete",
 ) -> AdaptiveHistogram:
     """Validate, calibrate and build an AdaptiveHistogram (see the mwem/pep factories)."""
     plan = make_plan(epsilon, delta, rho, conversion)
+    _checks.one_of(noise, noise_module.NOISES, "noise")
     if as_relation(relation) is not Neighboring.REPLACE_ONE:
         raise ValueError(f"{rule} measures normalised answers: relation must be 'replace-one' (n public)")
     require_categorical(data, rule)
@@ -238,21 +276,24 @@ def build(
         support = PublicSupport.of(public.codes, workload)
 
     n = len(data)
-    answers = private_fractions(data, workload, mesh)
+    counts = private_counts(data, workload, mesh)
     rho_select, rho_measure = round_shares(plan.rho_budget, rounds, alpha)
     select_sensitivity = selection.score_sensitivity(Neighboring.REPLACE_ONE, n)
-    measure_sensitivity = math.sqrt(2.0) / n if marginal_trick else 1.0 / n
+    # replacing a record moves two cells of a marginal by one count each
+    measure_sensitivity = math.sqrt(2.0) if marginal_trick else 1.0
     select_scale = gumbel_scale(select_sensitivity, rho_select)
-    sigma = gaussian_sigma(measure_sensitivity, rho_measure)
+    sigma = count_sigma(measure_sensitivity, rho_measure, noise)
     plan = (
         plan.with_charge(
-            PlannedCharge("select", "exponential", select_sensitivity, select_scale, times=rounds)
+            PlannedCharge("select", SELECT_PRIMITIVE[noise], select_sensitivity, select_scale, times=rounds)
         )
-        .with_charge(PlannedCharge("measure", "gaussian", measure_sensitivity, sigma, times=rounds))
+        .with_charge(
+            PlannedCharge("measure", MEASURE_PRIMITIVE[noise], measure_sensitivity, sigma, times=rounds)
+        )
         .check()
     )
     return AdaptiveHistogram(
-        answers=answers,
+        counts=counts,
         support=support,
         padding=MarginalPadding.of(workload),
         workload=workload,
@@ -270,4 +311,5 @@ def build(
         step_size=float(step_size),
         output=output,
         plan=plan,
+        noise=noise,
     )

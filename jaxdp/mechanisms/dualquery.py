@@ -28,8 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks, noise
-from jaxdp.accounting import BudgetExceededError, Plan, PlannedCharge, gumbel_scale
+from jaxdp import _checks
+from jaxdp import noise as noise_module
+from jaxdp.accounting import SELECT_PRIMITIVE, BudgetExceededError, Plan, PlannedCharge, gumbel_scale
 from jaxdp.domain import Dataset
 from jaxdp.families.oracle import (
     EnumerationOracle,
@@ -39,7 +40,7 @@ from jaxdp.families.oracle import (
     sample_multiset,
 )
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, fractions, make_plan, private_codes, require_categorical
+from jaxdp.mechanisms._common import as_relation, count_unit, make_plan, private_counts, require_categorical
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
@@ -72,10 +73,10 @@ class DualQueryInfo(NamedTuple):
     sampled: Array
 
 
-def _no_charge() -> Charge:
+def _no_charge(noise: str) -> Charge:
     """A placeholder for a primitive that did not run (count 0: the ledger skips it)."""
     return Charge(
-        primitive=jnp.asarray(noise.PRIMITIVES.index("exponential"), jnp.int32),
+        primitive=jnp.asarray(noise_module.PRIMITIVES.index(SELECT_PRIMITIVE[noise]), jnp.int32),
         sensitivity=jnp.zeros((), jnp.float32),
         scale=jnp.zeros((), jnp.float32),
         count=jnp.zeros((), jnp.int32),
@@ -86,17 +87,23 @@ def _no_charge() -> Charge:
 class DualQuery:
     """DualQuery over a marginal workload; build with `dualquery`.
 
+    `counts` holds the workload's true int32 counts; scores use fractions (counts / n, n
+    public). `noise`: "discrete" (default) draws each sample with the exact exponential
+    mechanism on scores quantised to a grid of sensitivity / 64, which samples from Q_t with eta
+    lowered by at most a factor 64 / 66 (the grid's allowance, `jaxdp.noise`) and u_t rounded
+    down to the grid; "float" draws by Gumbel-max, from Q_t itself up to float32 rounding.
+
     Privacy:
         Relation replace-one (n public; answers are fractions). Round 0 samples from the uniform
         distribution and costs nothing. In round t >= 1 each of the s samples is one exponential
-        mechanism (`noise.exponential`, stream SELECT) over the 2 n_queries candidates with score
-        u_t(q) = t q(D) - sum_{j<t} q(x_j) (and -u_t(q) for the negation) at Gumbel scale
-        1 / eta, i.e. it samples from exp(eta u_t(q)) = Q_t exactly. The records x_j are
+        mechanism (`noise.select`, stream SELECT) over the 2 n_queries candidates with score
+        u_t(q) = t q(D) - sum_{j<t} q(x_j) (and -u_t(q) for the negation) at scale 1 / eta, i.e.
+        it samples from exp(eta u_t(q)) = Q_t (up to the grid, above). The records x_j are
         post-processing of earlier rounds' outputs, so only q(D) is private and it moves by at
         most 1/n when one record is replaced: u_t has sensitivity t / n (the log-weights
         eta u_t have sensitivity eta t / n). A draw with score sensitivity Delta at scale 1/eta
         is (2 eta Delta)-bounded-range, hence (eta Delta)^2 / 2-zCDP (Cesar & Rogers 2021), so
-        the exact cost is rho = s eta^2 / (2 n^2) sum_{t=1}^{T-1} t^2. `noise.exponential` needs
+        the exact cost is rho = s eta^2 / (2 n^2) sum_{t=1}^{T-1} t^2. `noise.select` needs
         a host-fixed sensitivity, so the rounds 1..T-1 are grouped into at most `blocks` runs
         of consecutive rounds and every draw of a run is charged at the sensitivity of its last
         round t_b (an upper bound: the sampled distribution is exactly Q_t): the plan holds one
@@ -107,7 +114,7 @@ class DualQuery:
         post-processing.
     """
 
-    answers: Sensitive
+    counts: Sensitive
     queries: ProductQueries
     oracle: EnumerationOracle | MilpOracle
     workload: MarginalWorkload = static_field()
@@ -121,6 +128,7 @@ class DualQuery:
     accounting_overhead: float = static_field()
     rho_cumulative: tuple[float, ...] = static_field()
     plan: Plan = static_field()
+    noise: str = static_field()
     relation: Neighboring = static_field(default=Neighboring.REPLACE_ONE)
 
     def init(self, key: Key) -> DualQueryState:
@@ -138,19 +146,22 @@ class DualQuery:
     def _sample(self, key: Key, scores: Sensitive, t: Array) -> tuple[Array, tuple[Charge, ...]]:
         """s i.i.d. draws from Q_t: uniform in round 0, else exponential mechanisms charged at
         the sensitivity bound of t's block (one compiled branch per block: each branch holds a
-        host-fixed scale and sensitivity, as `noise.exponential` requires)."""
+        host-fixed scale and sensitivity, as `noise.select` requires)."""
         keys = jax.random.split(key, self.samples)
         n_candidates = 2 * self.workload.n_queries
 
         def uniform(keys, scores):
             ids = jax.vmap(lambda k: jax.random.randint(k, (), 0, n_candidates, jnp.int32))(keys)
-            return ids, jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (self.samples,)), _no_charge())
+            no_charge = _no_charge(self.noise)
+            return ids, jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (self.samples,)), no_charge)
 
         def in_block(sensitivity: float, scale: float):
             def draw(keys, scores):
-                return jax.vmap(lambda k: noise.exponential(k, scores, scale=scale, sensitivity=sensitivity))(
-                    keys
-                )
+                return jax.vmap(
+                    lambda k: noise_module.select(
+                        k, scores, scale=scale, sensitivity=sensitivity, noise=self.noise
+                    )
+                )(keys)
 
             return draw
 
@@ -168,7 +179,8 @@ class DualQuery:
         # eta times these scores is the log-weight eta sum_{j<t} (q(D) - q(x_j)) (and its negation)
         sums = state.answer_sums
         tf = t.astype(jnp.float32)
-        scores = self.answers.map(lambda a: jnp.concatenate([tf * a - sums, sums - tf * a]))
+        unit = count_unit(self.relation, self.n_records)
+        scores = self.counts.map(lambda c: jnp.concatenate([tf * (c * unit) - sums, sums - tf * (c * unit)]))
         sampled, charges = self._sample(stream_key(key, Stream.SELECT), scores, t)
 
         n_queries = self.workload.n_queries
@@ -228,6 +240,7 @@ def dualquery(
     time_limit: float | None = None,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    noise: str = "discrete",
 ) -> DualQuery:
     """Build DualQuery.
 
@@ -254,6 +267,8 @@ def dualquery(
             suffer, privacy does not; such a run depends on machine speed, so it is not
             replayable bit for bit).
         relation: must be "replace-one".
+        noise: "discrete" (default): exact exponential mechanisms; "float": Gumbel-max, faster
+            but not exact (`jaxdp.noise`).
 
     Raises:
         ValueError: add-remove relation, rounds < 2, bad sizes or options.
@@ -263,6 +278,7 @@ def dualquery(
         See `DualQuery`: at most rho-zCDP in total under replace-one.
     """
     plan = make_plan(epsilon, delta, rho, conversion)
+    _checks.one_of(noise, noise_module.NOISES, "noise")
     if as_relation(relation) is not Neighboring.REPLACE_ONE:
         raise ValueError(
             "dualquery samples with fractions (n public): relation must be 'replace-one', "
@@ -279,8 +295,7 @@ def dualquery(
     oracle_impl = make_oracle(workload, oracle, time_limit=time_limit)
 
     n = len(data)
-    codes = private_codes(data)
-    answers = codes.map(fractions, workload)
+    counts = private_counts(data, workload)
     layout = _blocks(rounds, blocks)
     weights = _block_weights(rounds, blocks)
     unit = samples / (2.0 * n**2)  # rho per unit of eta^2 * (rounds x last round^2)
@@ -309,7 +324,11 @@ def dualquery(
         draws = samples * members.size
         scale = gumbel_scale(sensitivity, float(share), draws)
         charge = PlannedCharge(
-            f"sample rounds {members[0]}-{members[-1]}", "exponential", sensitivity, scale, times=draws
+            f"sample rounds {members[0]}-{members[-1]}",
+            SELECT_PRIMITIVE[noise],
+            sensitivity,
+            scale,
+            times=draws,
         )
         plan = plan.with_charge(charge)
         sensitivities.append(sensitivity)
@@ -320,7 +339,7 @@ def dualquery(
     plan = plan.check()
     exact = unit * eta**2 * math.fsum(float(t) ** 2 for t in range(1, rounds))
     return DualQuery(
-        answers=answers,
+        counts=counts,
         queries=workload_queries(workload),
         oracle=oracle_impl,
         workload=workload,
@@ -334,4 +353,5 @@ def dualquery(
         accounting_overhead=plan.rho_planned / exact - 1.0,
         rho_cumulative=tuple(float(x) for x in np.cumsum(per_round)),
         plan=plan,
+        noise=noise,
     )

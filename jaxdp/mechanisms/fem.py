@@ -28,8 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks, noise
-from jaxdp.accounting import Plan, PlannedCharge, gumbel_scale
+from jaxdp import _checks
+from jaxdp import noise as noise_module
+from jaxdp.accounting import SELECT_PRIMITIVE, Plan, PlannedCharge, gumbel_scale
 from jaxdp.domain import Dataset
 from jaxdp.families.oracle import (
     EnumerationOracle,
@@ -39,7 +40,7 @@ from jaxdp.families.oracle import (
     sample_multiset,
 )
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, fractions, make_plan, private_codes, require_categorical
+from jaxdp.mechanisms._common import as_relation, count_unit, make_plan, private_counts, require_categorical
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
@@ -78,12 +79,16 @@ class FEMInfo(NamedTuple):
 class FEM:
     """FEM over a marginal workload; build with `fem`.
 
+    `counts` holds the workload's true int32 counts; scores use fractions (counts / n, n
+    public). `noise`: "discrete" (default) selects with the exact exponential mechanism on
+    scores quantised to a grid of 1 / (64 n); "float" with Gumbel-max (see `jaxdp.noise`).
+
     Privacy:
         Relation replace-one (n public; answers are fractions). Each of the T rounds runs one
-        exponential mechanism (`noise.exponential`, stream SELECT) over the 2 n_queries
+        exponential mechanism (`noise.select`, stream SELECT) over the 2 n_queries
         candidates with score q(D) - q(Dhat_t) and its negation; Dhat_t is post-processing of
         earlier rounds' outputs, and q(D) moves by at most 1/n when one record is replaced, so
-        the score sensitivity is 1/n. At Gumbel scale 2 / (n epsilon_0) a round is
+        the score sensitivity is 1/n. At scale 2 / (n epsilon_0) a round is
         epsilon_0-bounded-range, hence epsilon_0^2 / 8-zCDP (Cesar & Rogers 2021), and the run
         costs rho = T epsilon_0^2 / 8 with epsilon_0 = sqrt(8 rho / T) (the factory spends the
         whole budget evenly; one planned charge, T times). The perturbations (stream UPDATE),
@@ -91,7 +96,7 @@ class FEM:
         private value.
     """
 
-    answers: Sensitive
+    counts: Sensitive
     queries: ProductQueries
     oracle: EnumerationOracle | MilpOracle
     uniform_answers: Array
@@ -104,6 +109,7 @@ class FEM:
     select_sensitivity: float = static_field()
     rho_cumulative: tuple[float, ...] = static_field()
     plan: Plan = static_field()
+    noise: str = static_field()
     relation: Neighboring = static_field(default=Neighboring.REPLACE_ONE)
 
     def init(self, key: Key) -> FEMState:
@@ -124,12 +130,14 @@ class FEM:
         t = state.rounds_done
         count = (t * self.samples).astype(jnp.float32)
         synthetic = jnp.where(t > 0, state.answer_sums / jnp.maximum(count, 1.0), self.uniform_answers)
-        scores = self.answers.map(lambda a: jnp.concatenate([a - synthetic, synthetic - a]))
-        chosen, charge = noise.exponential(
+        unit = count_unit(self.relation, self.n_records)
+        scores = self.counts.map(lambda c: jnp.concatenate([c * unit - synthetic, synthetic - c * unit]))
+        chosen, charge = noise_module.select(
             stream_key(key, Stream.SELECT),
             scores,
             scale=self.select_scale,
             sensitivity=self.select_sensitivity,
+            noise=self.noise,
         )
         n_queries = self.workload.n_queries
         sign = jnp.where(chosen < n_queries, 1.0, -1.0).astype(jnp.float32)
@@ -181,6 +189,7 @@ def fem(
     time_limit: float | None = None,
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
+    noise: str = "discrete",
 ) -> FEM:
     """Build FEM.
 
@@ -201,6 +210,8 @@ def fem(
             suffer, privacy does not; such a run depends on machine speed, so it is not
             replayable bit for bit).
         relation: must be "replace-one".
+        noise: "discrete" (default): the exact exponential mechanism; "float": Gumbel-max,
+            faster but not exact (`jaxdp.noise`).
 
     Raises:
         ValueError: add-remove relation, bad sizes or options.
@@ -209,6 +220,7 @@ def fem(
         See `FEM`: rho-zCDP in total under replace-one.
     """
     plan = make_plan(epsilon, delta, rho, conversion)
+    _checks.one_of(noise, noise_module.NOISES, "noise")
     if as_relation(relation) is not Neighboring.REPLACE_ONE:
         raise ValueError(
             "fem selects with fractions (n public): relation must be 'replace-one', "
@@ -223,15 +235,15 @@ def fem(
     oracle_impl = make_oracle(workload, oracle, time_limit=time_limit)
 
     n = len(data)
-    codes = private_codes(data)
-    answers = codes.map(fractions, workload)
+    counts = private_counts(data, workload)
     sensitivity = 1.0 / n
     scale = gumbel_scale(sensitivity, plan.rho_budget, rounds)
-    plan = plan.with_charge(PlannedCharge("select", "exponential", sensitivity, scale, times=rounds)).check()
+    select = PlannedCharge("select", SELECT_PRIMITIVE[noise], sensitivity, scale, times=rounds)
+    plan = plan.with_charge(select).check()
     per_round = plan.charges[0].rho / rounds
     uniform = np.concatenate([np.full(c, 1.0 / c) for c in workload.cells]).astype(np.float32)
     return FEM(
-        answers=answers,
+        counts=counts,
         queries=workload_queries(workload),
         oracle=oracle_impl,
         uniform_answers=jnp.asarray(uniform),
@@ -244,4 +256,5 @@ def fem(
         select_sensitivity=sensitivity,
         rho_cumulative=tuple(per_round * (t + 1) for t in range(rounds)),
         plan=plan,
+        noise=noise,
     )

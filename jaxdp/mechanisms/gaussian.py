@@ -11,18 +11,19 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from jaxdp import noise
-from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma
+from jaxdp import _checks
+from jaxdp import noise as noise_module
+from jaxdp.accounting import MEASURE_PRIMITIVE, Plan, PlannedCharge
 from jaxdp.domain import Dataset
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.mechanisms._common import (
     RoundInfo,
-    answers_view,
     as_relation,
-    count_marginals,
+    count_sigma,
+    count_unit,
     make_plan,
-    marginal_l2_sensitivity,
-    private_codes,
+    marginal_count_sensitivity,
+    private_counts,
     require_categorical,
 )
 from jaxdp.queries import MarginalWorkload
@@ -41,20 +42,25 @@ class GaussianState(NamedTuple):
 class Gaussian:
     """The Gaussian mechanism on a marginal workload (one round; releases answers, not data).
 
+    `counts` holds the workload's true int32 counts; `sigma` and `sensitivity` are in counts.
+    `noise`: "discrete" (default, exact discrete Gaussian) or "float" (float32 Gaussian, see
+    `jaxdp.noise`).
+
     Privacy:
-        One Gaussian measurement of all m marginals of the workload, L2 sensitivity sqrt(m) on
-        counts (add/remove) or sqrt(2 m)/n on fractions (replace-one); stream MEASURE of round 0.
+        One Gaussian measurement of the counts of all m marginals of the workload, L2
+        sensitivity sqrt(m) (add/remove) or sqrt(2 m) (replace-one); stream MEASURE of round 0.
+        Under replace-one the noisy counts are divided by the public n (post-processing).
     """
 
-    data: Sensitive
+    counts: Sensitive
     workload: MarginalWorkload = static_field()
     relation: Neighboring = static_field()
     n_records: int = static_field()
     sigma: float = static_field()
     sensitivity: float = static_field()
     plan: Plan = static_field()
+    noise: str = static_field()
     rounds: int = static_field(default=1)
-    mesh: Mesh | None = static_field(default=None)
 
     def init(self, key: Key) -> GaussianState:
         require_key(key)
@@ -66,16 +72,14 @@ class Gaussian:
 
     def step(self, state: GaussianState, key: Key) -> tuple[GaussianState, RoundInfo]:
         require_key(key)
-        answers = self.data.map(
-            lambda codes: answers_view(
-                count_marginals(codes, self.workload, self.n_records, self.mesh),
-                self.relation,
-                self.n_records,
-            )
+        noisy_counts, charge = noise_module.measure_counts(
+            stream_key(key, Stream.MEASURE),
+            self.counts,
+            sigma=self.sigma,
+            sensitivity=self.sensitivity,
+            noise=self.noise,
         )
-        noisy, charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE), answers, sigma=self.sigma, sensitivity=self.sensitivity
-        )
+        noisy = noisy_counts * count_unit(self.relation, self.n_records)
         new = GaussianState(noisy, state.rounds_done + 1, state.rho_spent + self.plan.rho_planned)
         return new, RoundInfo(charges=(charge,))
 
@@ -99,21 +103,24 @@ def gaussian(
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     mesh: Mesh | None = None,
+    noise: str = "discrete",
 ) -> Gaussian:
     """Build the Gaussian mechanism for `workload` on a categorical dataset.
 
     Args:
         data: the private records.
         workload: the marginals to answer (over `data.domain.sizes`).
-        epsilon, delta, rho, relation, conversion, mesh: as for `jaxdp.independent`.
+        epsilon, delta, rho, relation, conversion, mesh, noise: as for `jaxdp.independent`.
     """
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
+    _checks.one_of(noise, noise_module.NOISES, "noise")
     require_categorical(data, "gaussian")
     if workload.sizes != data.domain.sizes:
         raise ValueError("workload was built for a different domain than the data's")
-    codes = private_codes(data, mesh)
-    sensitivity = marginal_l2_sensitivity(len(workload), relation, len(data))
-    sigma = gaussian_sigma(sensitivity, plan.rho_budget)
-    plan = plan.with_charge(PlannedCharge("measure the workload", "gaussian", sensitivity, sigma)).check()
-    return Gaussian(codes, workload, relation, len(data), sigma, sensitivity, plan, mesh=mesh)
+    counts = private_counts(data, workload, mesh)
+    sensitivity = marginal_count_sensitivity(len(workload), relation)
+    sigma = count_sigma(sensitivity, plan.rho_budget, noise)
+    measure = PlannedCharge("measure the workload", MEASURE_PRIMITIVE[noise], sensitivity, sigma)
+    plan = plan.with_charge(measure).check()
+    return Gaussian(counts, workload, relation, len(data), sigma, sensitivity, plan, noise)

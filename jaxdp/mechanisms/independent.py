@@ -14,18 +14,19 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxdp import _checks, noise
-from jaxdp.accounting import Plan, PlannedCharge, gaussian_sigma
+from jaxdp import _checks
+from jaxdp import noise as noise_module
+from jaxdp.accounting import MEASURE_PRIMITIVE, Plan, PlannedCharge
 from jaxdp.domain import Dataset
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.mechanisms._common import (
     RoundInfo,
-    answers_view,
     as_relation,
-    count_marginals,
+    count_sigma,
+    count_unit,
     make_plan,
-    marginal_l2_sensitivity,
-    private_codes,
+    marginal_count_sensitivity,
+    private_counts,
     require_categorical,
 )
 from jaxdp.queries import all_kway
@@ -45,21 +46,26 @@ class IndependentState(NamedTuple):
 class Independent:
     """The Independent baseline (one round).
 
+    `counts` holds the true int32 counts of the d one-way marginals; `sigma` and `sensitivity`
+    are in counts. `noise`: "discrete" (default, exact discrete Gaussian) or "float" (float32
+    Gaussian, see `jaxdp.noise`).
+
     Privacy:
-        One Gaussian measurement of all d one-way marginals, L2 sensitivity sqrt(d) on counts
-        (add/remove) or sqrt(2 d)/n on fractions (replace-one); key stream MEASURE of round 0.
-        Release samples from the noisy marginals (post-processing, stream RELEASE).
+        One Gaussian measurement of the counts of all d one-way marginals, L2 sensitivity
+        sqrt(d) (add/remove) or sqrt(2 d) (replace-one); key stream MEASURE of round 0. Under
+        replace-one the noisy counts are divided by the public n (post-processing). Release
+        samples from the noisy marginals (post-processing, stream RELEASE).
     """
 
-    data: Sensitive
+    counts: Sensitive
     sizes: tuple[int, ...] = static_field()
     relation: Neighboring = static_field()
     n_records: int = static_field()
     sigma: float = static_field()
     sensitivity: float = static_field()
     plan: Plan = static_field()
+    noise: str = static_field()
     rounds: int = static_field(default=1)
-    mesh: Mesh | None = static_field(default=None)
 
     @property
     def workload(self):
@@ -75,17 +81,15 @@ class Independent:
 
     def step(self, state: IndependentState, key: Key) -> tuple[IndependentState, RoundInfo]:
         require_key(key)
-        workload = self.workload
-        answers = self.data.map(
-            lambda codes: answers_view(
-                count_marginals(codes, workload, self.n_records, self.mesh), self.relation, self.n_records
-            )
-        )
-        noisy, charge = noise.gaussian(
-            stream_key(key, Stream.MEASURE), answers, sigma=self.sigma, sensitivity=self.sensitivity
+        noisy_counts, charge = noise_module.measure_counts(
+            stream_key(key, Stream.MEASURE),
+            self.counts,
+            sigma=self.sigma,
+            sensitivity=self.sensitivity,
+            noise=self.noise,
         )
         new = IndependentState(
-            noisy_answers=noisy,
+            noisy_answers=noisy_counts * count_unit(self.relation, self.n_records),
             rounds_done=state.rounds_done + 1,
             rho_spent=state.rho_spent + self.plan.rho_planned,
         )
@@ -96,7 +100,10 @@ class Independent:
         return _marginals(state.noisy_answers, self.sizes)
 
     def default_rows(self, state: IndependentState) -> int:
-        """n under replace-one (public); under add/remove the noisy total (post-processing)."""
+        """n under replace-one (public); under add/remove the noisy total (post-processing).
+
+        Reads the state on the host: call it outside jit (`jaxdp.synthesize` does, and passes
+        the rows to the compiled release)."""
         if self.relation is Neighboring.REPLACE_ONE:
             return self.n_records
         blocks = np.split(np.asarray(state.noisy_answers), np.cumsum(self.sizes)[:-1])
@@ -138,6 +145,7 @@ def independent(
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     mesh: Mesh | None = None,
+    noise: str = "discrete",
 ) -> Independent:
     """Build the Independent baseline for a categorical dataset.
 
@@ -149,16 +157,20 @@ def independent(
         conversion: "exact" or "simple" (see `jaxdp.accounting`).
         mesh: split the records over this mesh's devices to count them (one axis "records",
             `jaxdp.queries.records_mesh()`); the answers and noise are those of one device.
+        noise: "discrete" (default): exact discrete Gaussian noise on the integer counts;
+            "float": float32 Gaussian noise, faster but not meeting its delta exactly
+            (`jaxdp.noise`).
 
     Raises:
         ValueError: bad budget arguments; DataError: numeric columns or empty data.
     """
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
+    _checks.one_of(noise, noise_module.NOISES, "noise")
     require_categorical(data, "independent")
-    codes = private_codes(data, mesh)
-    d = len(data.domain.sizes)
-    sensitivity = marginal_l2_sensitivity(d, relation, len(data))
-    sigma = gaussian_sigma(sensitivity, plan.rho_budget)
-    plan = plan.with_charge(PlannedCharge("measure 1-way marginals", "gaussian", sensitivity, sigma)).check()
-    return Independent(codes, data.domain.sizes, relation, len(data), sigma, sensitivity, plan, mesh=mesh)
+    counts = private_counts(data, all_kway(data.domain.sizes, 1), mesh)
+    sensitivity = marginal_count_sensitivity(len(data.domain.sizes), relation)
+    sigma = count_sigma(sensitivity, plan.rho_budget, noise)
+    measure = PlannedCharge("measure 1-way marginals", MEASURE_PRIMITIVE[noise], sensitivity, sigma)
+    plan = plan.with_charge(measure).check()
+    return Independent(counts, data.domain.sizes, relation, len(data), sigma, sensitivity, plan, noise)

@@ -31,6 +31,7 @@ def mwem(
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     mesh: Mesh | None = None,
+    noise: str = "discrete",
 ) -> AdaptiveHistogram:
     """Build MWEM (or PMW-Pub when `public` is given).
 
@@ -51,6 +52,9 @@ def mwem(
         relation: must be "replace-one".
         mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
             the same answers as on one device (see `jaxdp.independent`).
+        noise: "discrete" (default): exact discrete Gaussian measurements and exact exponential
+            mechanism; "float": float32 Gaussian noise and Gumbel-max selection, faster but not
+            meeting its delta exactly (`jaxdp.noise`).
 
     Privacy:
         See `AdaptiveHistogram`: rho-zCDP in total, replace-one.
@@ -69,6 +73,7 @@ def mwem(
         relation=relation,
         conversion=conversion,
         mesh=mesh,
+        noise=noise,
         replay_passes=replay_passes,
         output=output,
     )

@@ -33,6 +33,7 @@ def pep(
     relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     mesh: Mesh | None = None,
+    noise: str = "discrete",
 ) -> AdaptiveHistogram:
     """Build PEP (or PEP-Pub when `public` is given).
 
@@ -43,6 +44,9 @@ def pep(
         tolerance: gamma, stop projecting once every measured error is at most this (paper: 0).
         mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
             the same answers as on one device (see `jaxdp.independent`).
+        noise: "discrete" (default): exact discrete Gaussian measurements and exact exponential
+            mechanism; "float": float32 Gaussian noise and Gumbel-max selection, faster but not
+            meeting its delta exactly (`jaxdp.noise`).
 
     Privacy:
         See `AdaptiveHistogram`: rho-zCDP in total, replace-one.
@@ -61,6 +65,7 @@ def pep(
         relation=relation,
         conversion=conversion,
         mesh=mesh,
+        noise=noise,
         max_steps=max_steps,
         tolerance=tolerance,
     )

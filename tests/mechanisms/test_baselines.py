@@ -51,8 +51,50 @@ def test_gaussian_noise_has_the_planned_scale(adult):
     # 2,874 iid N(0, sigma^2) residuals: the sample sd lies within 5 standard errors of sigma
     # (sd of the sample sd ~ sigma / sqrt(2 m)); false failure < 1e-6.
     m = residual.size
-    assert abs(residual.std() / mech.sigma - 1) < 5 / np.sqrt(2 * m)
-    assert abs(residual.mean()) < 5 * mech.sigma / np.sqrt(m)
+    sigma = mech.sigma / len(adult)  # sigma is in counts (the noise is added to counts), answers in fractions
+    assert abs(residual.std() / sigma - 1) < 5 / np.sqrt(2 * m)
+    assert abs(residual.mean()) < 5 * sigma / np.sqrt(m)
+
+
+BASELINES = {
+    "independent": lambda data, **kw: jaxdp.independent(data, **kw),
+    "gaussian": lambda data, **kw: jaxdp.gaussian(data, all_kway(data.domain.sizes, 2), **kw),
+}
+
+
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_default_noise_is_exact_integer_noise_on_counts(name, relation):
+    data = tiny_dataset(n=300)
+    mech = BASELINES[name](data, epsilon=1.0, delta=1e-6, relation=relation)
+    assert mech.noise == "discrete"
+    assert [c.primitive for c in mech.plan.charges] == ["discrete_gaussian"]
+    result = loop.run(mech, jax.random.key(5))
+    assert [e.primitive for e in result.ledger] == ["discrete_gaussian"]
+    # in counts: sqrt(m) under add-remove, sqrt(2 m) under replace-one (m measured marginals)
+    m = 4 if name == "independent" else 6
+    assert result.ledger[0].sensitivity == pytest.approx(np.sqrt(m if relation == "add-remove" else 2 * m))
+    noisy_counts = np.asarray(result.state.noisy_answers, np.float64)
+    if relation == "replace-one":
+        noisy_counts *= len(data)  # the answers are the noisy counts / n (n public)
+    np.testing.assert_allclose(noisy_counts, np.round(noisy_counts), atol=1e-3)
+    assert not np.allclose(noisy_counts, np.asarray(mech.counts._value))  # and noise was added
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_float_noise_uses_the_float_gaussian(name):
+    data = tiny_dataset(n=300)
+    mech = BASELINES[name](data, epsilon=1.0, delta=1e-6, noise="float", relation="add-remove")
+    result = loop.run(mech, jax.random.key(5))
+    assert [e.primitive for e in result.ledger] == ["gaussian"]
+    noisy = np.asarray(result.state.noisy_answers, np.float64)
+    assert not np.allclose(noisy, np.round(noisy), atol=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_unknown_noise_is_refused(name):
+    with pytest.raises(ValueError, match="noise"):
+        BASELINES[name](tiny_dataset(), epsilon=1.0, delta=1e-6, noise="exact")
 
 
 def test_numeric_columns_are_refused_by_categorical_mechanisms():

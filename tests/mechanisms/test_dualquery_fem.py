@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 import jaxdp
-from jaxdp import accounting, audit, evaluate, loop
+from jaxdp import accounting, audit, evaluate, loop, noise
 from jaxdp.domain import Dataset, Domain
 from jaxdp.families.oracle import (
     DomainTooLargeToEnumerateError,
@@ -141,12 +141,15 @@ def test_dualquery_ledger_matches_the_blocked_plan():
     np.testing.assert_allclose(np.asarray(result.state.rho_spent), mech.plan.rho_planned, rtol=1e-6)
 
 
-def test_dualquery_samples_from_the_multiplicative_weights_distribution():
+@pytest.mark.parametrize("noise_option", ["float", "discrete"])
+def test_dualquery_samples_from_the_multiplicative_weights_distribution(noise_option):
     """Round t's draws follow Q_t(q) ~ exp(eta (t q(D) - sum_j q(x_j))) over queries and their
-    negations (chi-square; deterministic keys, so it passes or fails the same way every run)."""
+    negations (chi-square; deterministic keys, so it passes or fails the same way every run).
+    The exact sampler draws from Q_t on scores floored to the grid of sensitivity / 64, with the
+    rate per grid step that `noise.discrete_exponential` uses (eta lowered by at most 64 / 66)."""
     data = tiny_dataset(n=200)
     workload = all_kway(data.domain.sizes, 1)  # 14 queries, 28 candidates
-    mech = dualquery(data, workload, rounds=4, rho=0.2, samples=1000, blocks=3)
+    mech = dualquery(data, workload, rounds=4, rho=0.2, samples=1000, blocks=3, noise=noise_option)
     t = 2
     sums = np.zeros(workload.n_queries, np.float32)
     sums[[0, 3, 7, 9, 12]] = 1.0  # two records' answers (a, b, c, d codes) so far
@@ -158,6 +161,11 @@ def test_dualquery_samples_from_the_multiplicative_weights_distribution():
     draw = jax.jit(jax.vmap(lambda k: mech._sample(k, scores, jnp.int32(t))[0]))
     draws = np.asarray(draw(keys)).reshape(-1)
     logits = u / mech.scales[1]
+    if noise_option == "discrete":
+        sensitivity = mech.sensitivities[1]
+        numerator, denominator = noise._selection_rate(mech.scales[1], sensitivity)
+        gaps, _ = noise._quantised_gaps(jnp.asarray(u, jnp.float32), sensitivity, None)
+        logits = -np.asarray(gaps, np.float64) * numerator / denominator
     expected = np.exp(logits - logits.max())
     expected = expected / expected.sum() * draws.size
     observed = np.bincount(draws, minlength=u.size)
@@ -222,6 +230,20 @@ def test_beats_the_independent_baseline_on_correlated_data(factory, options):
     baseline = evaluate.workload_errors(data, Dataset.from_codes(data.domain, np.asarray(codes)), workload)
     error = evaluate.answer_errors(evaluate.fractions(data, workload), est, workload)["max_abs"]
     assert error < 0.5 * baseline["max_abs"]
+
+
+@pytest.mark.parametrize(("factory", "options"), [(fem, {"samples": 2}), (dualquery, {"samples": 3})])
+def test_noise_option_picks_the_selection_primitive(factory, options):
+    data = tiny_dataset(n=300)
+    workload = all_kway(data.domain.sizes, 2)
+    exact = factory(data, workload, rounds=3, epsilon=1.0, delta=1e-6, **options)
+    assert exact.noise == "discrete"
+    assert {c.primitive for c in exact.plan.charges} == {"discrete_exponential"}
+    assert {e.primitive for e in loop.run(exact, jax.random.key(6)).ledger} == {"discrete_exponential"}
+    fast = factory(data, workload, rounds=3, epsilon=1.0, delta=1e-6, noise="float", **options)
+    assert {e.primitive for e in loop.run(fast, jax.random.key(6)).ledger} == {"exponential"}
+    with pytest.raises(ValueError, match="noise"):
+        factory(data, workload, rounds=3, epsilon=1.0, delta=1e-6, noise="gumbel", **options)
 
 
 def test_refusals():

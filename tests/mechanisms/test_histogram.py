@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import evaluate, loop
+from jaxdp import evaluate, loop, noise
 from jaxdp.domain import DataError, Dataset, Domain
 from jaxdp.families.histogram import (
     DenseSupport,
@@ -169,6 +169,67 @@ def test_public_methods_cannot_beat_the_best_mixture_error():
     est = np.asarray(mech.support.answers(mech.distribution(state)), np.float64)
     error = evaluate.answer_errors(evaluate.fractions(data, workload), est, workload)["max_abs"]
     assert error >= floor - 1e-6
+
+
+HISTOGRAMS = {
+    "mwem": lambda data, w, **kw: jaxdp.mwem(data, w, **kw),
+    "pep": lambda data, w, **kw: jaxdp.pep(data, w, max_steps=3, **kw),
+    "pmw-pub": lambda data, w, **kw: jaxdp.pmw_pub(data, w, public=tiny_dataset(n=40, seed=9), **kw),
+    "pep-pub": lambda data, w, **kw: jaxdp.pep_pub(
+        data, w, public=tiny_dataset(n=40, seed=9), max_steps=3, **kw
+    ),
+}
+
+
+@pytest.mark.parametrize("marginal_trick", [True, False])
+@pytest.mark.parametrize("name", sorted(HISTOGRAMS))
+def test_default_noise_measures_integer_counts_exactly(name, marginal_trick, monkeypatch):
+    """Every ledger entry is an exact primitive, the measurement's sensitivity and sigma are in
+    counts, and what the Gaussian measurement returns is integer counts (the mechanism divides
+    them by n afterwards, so its targets are multiples of 1/n before the projection)."""
+    data = tiny_dataset(n=300)
+    workload = all_kway(data.domain.sizes, 2)
+    mech = HISTOGRAMS[name](data, workload, epsilon=1.0, delta=1e-6, rounds=2, marginal_trick=marginal_trick)
+    assert mech.noise == "discrete"
+    measured = []
+    original = noise.measure_counts
+
+    def spy(*args, **kwargs):
+        noisy, charge = original(*args, **kwargs)
+        measured.append(np.asarray(noisy))
+        return noisy, charge
+
+    monkeypatch.setattr(noise, "measure_counts", spy)
+    key = jax.random.key(7)
+    state = mech.init(key)
+    ledger = []
+    for t in range(mech.rounds):  # eagerly, so the spy sees concrete values
+        state, info = mech.step(state, jax.random.fold_in(key, t))
+        ledger += [noise.PRIMITIVES[int(c.primitive)] for c in info.charges]
+    assert ledger == ["discrete_exponential", "discrete_gaussian"] * mech.rounds
+    assert len(measured) == mech.rounds
+    for noisy in measured:
+        np.testing.assert_array_equal(noisy, np.round(noisy))
+    # in counts: replacing a record moves two cells of a marginal by one each, one query by one
+    assert mech.measure_sensitivity == pytest.approx(np.sqrt(2.0) if marginal_trick else 1.0)
+    if not marginal_trick:  # the target is the noisy count / n, clipped to [0, 1]
+        targets = np.asarray(state.measurements.target, np.float64) * len(data)
+        np.testing.assert_allclose(targets, np.round(targets), atol=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(HISTOGRAMS))
+def test_float_noise_uses_the_float_primitives(name):
+    data = tiny_dataset(n=300)
+    mech = HISTOGRAMS[name](data, all_kway(data.domain.sizes, 2), rho=1.0, rounds=2, noise="float")
+    assert [c.primitive for c in mech.plan.charges] == ["exponential", "gaussian"]
+    result = loop.run(mech, jax.random.key(8))
+    assert [e.primitive for e in result.ledger] == ["exponential", "gaussian"] * 2
+
+
+def test_unknown_noise_is_refused():
+    data = tiny_dataset()
+    with pytest.raises(ValueError, match="noise"):
+        jaxdp.mwem(data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6, rounds=2, noise="exact")
 
 
 def test_refusals():

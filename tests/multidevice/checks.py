@@ -129,7 +129,7 @@ def _mechanism(name, data, mesh=None):
 
 
 def _private_leaf(mech):
-    return (mech.data if hasattr(mech, "data") else mech.answers)._value
+    return (mech.counts if hasattr(mech, "counts") else mech.answers)._value
 
 
 @pytest.mark.parametrize("name", ["gaussian", "mwem", "gem"])  # independent counts as gaussian does
@@ -164,6 +164,6 @@ def test_synthesize_forwards_the_mesh():
     )
     one = jaxdp.synthesize(data, None, **args)
     eight = jaxdp.synthesize(data, None, mesh=records_mesh(), **args)
-    assert len(eight.mechanism.answers._value.sharding.device_set) == 8
+    assert len(eight.mechanism.counts._value.sharding.device_set) == 8
     np.testing.assert_array_equal(eight.synthetic.codes, one.synthetic.codes)
     assert eight.report["ledger"] == one.report["ledger"]
