@@ -403,6 +403,7 @@ def execute(
         "epsilon_spent": epsilon_from_rho(spent, plan.delta, plan.conversion),
         "conversion": plan.conversion,
         "relation": mechanism.relation.value,
+        "noise": noise_name(run.ledger),
         "ledger": [e.to_json() for e in run.ledger],
         "seconds": time.perf_counter() - started,
         "rows": n_rows,
@@ -414,6 +415,32 @@ def execute(
         bounds = spec.error_bounds(mechanism, run.state, synthetic, confidence, domain)
         report["error_bounds"] = bounds
     return Result(released, report, run.ledger, bounds, synthetic, answers, mechanism, run.state)
+
+
+# The report's "noise": what the measurements added, or what the selections drew where a
+# mechanism measures nothing (DualQuery, FEM).
+_MEASUREMENT_NOISE = {
+    "discrete_gaussian": "discrete-gaussian",
+    "discrete_laplace": "discrete-laplace",
+    "gaussian": "float-gaussian",
+    "laplace": "float-laplace",
+}
+_SELECTION_NOISE = {
+    "discrete_exponential": "exact-exponential",
+    "discrete_top_k": "exact-exponential",
+    "exponential": "float-gumbel",
+    "gumbel_top_k": "float-gumbel",
+}
+
+
+def noise_name(ledger: list[LedgerEntry]) -> str:
+    """The report's `noise` field from the primitives the ledger records, e.g.
+    "discrete-gaussian" (exact integer noise) or "float-gaussian" (`noise="float"`); several
+    kinds are joined with "+"."""
+    used = {e.primitive for e in ledger}
+    names = sorted({_MEASUREMENT_NOISE[p] for p in used if p in _MEASUREMENT_NOISE})
+    names = names or sorted({_SELECTION_NOISE[p] for p in used if p in _SELECTION_NOISE})
+    return "+".join(names) or "none"
 
 
 def _release(mechanism, state, key, rows=None):

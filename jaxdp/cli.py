@@ -28,6 +28,7 @@ from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_rows
 from jaxdp.evaluate import best_mixture_error, workload_errors
 from jaxdp.keys import secure_root_key
+from jaxdp.noise import NOISES
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Neighboring
 
@@ -89,6 +90,14 @@ def _build_parser() -> argparse.ArgumentParser:
         help="neighbouring relation (default replace-one: the record count is public)",
     )
     synth.add_argument("--conversion", default="exact", choices=CONVERSIONS, help="zCDP to (eps, delta)")
+    synth.add_argument(
+        "--noise",
+        default="discrete",
+        choices=NOISES,
+        help="discrete (default): exact integer noise and exact selection, which meet the stated "
+        "(epsilon, delta); float: float32 noise for speed experiments, whose delta is NOT met "
+        "(docs/privacy.md)",
+    )
     synth.add_argument(
         "--confidence",
         type=float,
@@ -179,7 +188,10 @@ def _synth(args: argparse.Namespace) -> None:
         conversion=args.conversion,
         rounds=args.rounds,
         public=public,
+        noise=args.noise,
     )
+    if args.noise == "float":
+        print("jaxdp: --noise float: float32 noise does not meet the stated delta", file=sys.stderr)
     if args.seed is not None:
         print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
         key = jax.random.key(args.seed)

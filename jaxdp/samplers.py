@@ -137,6 +137,13 @@ def _words(key: Key, shape: tuple[int, ...]) -> Array:
     return jax.random.bits(key, shape, jnp.uint32)
 
 
+def _consume(key: Key) -> Key:
+    """The key the sampler derives its words from, by `split`, which jax's key-reuse checker
+    counts as a use of `key` (`fold_in`, used for every later word, is not): a caller that hands
+    one key to two samplers is caught, as with `jax.random`'s own samplers."""
+    return jax.random.split(key, 1)[0]
+
+
 def _below(words: Array, bound) -> tuple[Array, Array]:
     """(words % bound, accepted): exactly uniform below `bound` where accepted.
 
@@ -460,14 +467,14 @@ def discrete_gaussian(key: Key, shape: tuple[int, ...], lattice: GaussianLattice
     """int32 draws from the discrete Gaussian N_Z(0, lattice.variance), i.i.d. over `shape`
     (CKS20 Algorithm 3 with a Lap_Z(t) proposal), truncated at |y| <= lattice.cap."""
     params = _params(t=lattice.t, cap=lattice.cap, k=lattice.k, c=lattice.c, denominator=lattice.denominator)
-    return _run(key, params, _fresh(shape), gaussian=True, reject_ends=False).value
+    return _run(_consume(key), params, _fresh(shape), gaussian=True, reject_ends=False).value
 
 
 def discrete_laplace(key: Key, shape: tuple[int, ...], t: int, s: int) -> Array:
     """int32 draws from Lap_Z(t / s): P(y) proportional to exp(-|y| s / t) (CKS20 Algorithm 2),
     truncated at |y| <= 2^30 / s (the mass beyond is below exp(-2^30 / t) < exp(-60))."""
     params = _params(t=t, cap=LAPLACE_CAP, divide=s)
-    return _run(key, params, _fresh(shape), gaussian=False, reject_ends=False).value
+    return _run(_consume(key), params, _fresh(shape), gaussian=False, reject_ends=False).value
 
 
 def bernoulli_exp(key: Key, high: Array, low: Array, denominator) -> Array:
@@ -482,7 +489,7 @@ def bernoulli_exp(key: Key, high: Array, low: Array, denominator) -> Array:
     phase = jnp.where(_at_least(high, low, denominator), WHOLE, FRACTION).astype(jnp.int32)
     registers = _fresh(high.shape)._replace(phase=phase, high=high, low=low)
     params = _params()._replace(denominator=denominator)
-    return _run(key, params, registers, gaussian=False, reject_ends=True).value == 1
+    return _run(_consume(key), params, registers, gaussian=False, reject_ends=True).value == 1
 
 
 def exponential_choice(key: Key, gaps: Array, eligible: Array, rate_numerator, rate_denominator) -> Array:
@@ -498,7 +505,7 @@ def exponential_choice(key: Key, gaps: Array, eligible: Array, rate_numerator, r
         int32 scalar index.
     """
     rate = (jnp.asarray(rate_numerator, jnp.uint32), jnp.asarray(rate_denominator, jnp.uint32))
-    return _exponential_choice(key, gaps.astype(jnp.uint32), jnp.asarray(eligible, bool), *rate)
+    return _exponential_choice(_consume(key), gaps.astype(jnp.uint32), jnp.asarray(eligible, bool), *rate)
 
 
 @jax.jit

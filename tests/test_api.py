@@ -196,7 +196,7 @@ def test_a_records_mesh_is_forwarded_or_refused():
 
     frame = _frame(n=301)
     plain, meshed = _mwem(frame), _mwem(frame, mesh=records_mesh())
-    assert meshed.mechanism.answers._value.sharding.mesh.axis_names == ("records",)
+    assert meshed.mechanism.counts._value.sharding.mesh.axis_names == ("records",)
     np.testing.assert_array_equal(meshed.synthetic.codes, plain.synthetic.codes)
     with pytest.raises(ValueError, match="'dualquery' does not count records over a mesh"):
         jaxdp.synthesize(

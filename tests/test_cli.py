@@ -40,9 +40,10 @@ def test_synth_writes_in_domain_rows_and_a_report(adult_run):
         assert key in report
     assert report["rows"] == 48842 and report["seconds"] > 0
     assert report["rho_spent"] <= report["rho_budget"]
-    assert len(report["ledger"]) == 1 and report["ledger"][0]["primitive"] == "gaussian"
+    assert len(report["ledger"]) == 1 and report["ledger"][0]["primitive"] == "discrete_gaussian"
     assert report["relation"] == "replace-one" and report["conversion"] == "exact"
     assert report["delta"] == 1e-9  # the documented default
+    assert report["noise"] == "discrete-gaussian"  # exact noise by default, named in the report
 
 
 def _numpy_errors(real, synth, k):
@@ -223,7 +224,7 @@ def test_adaptive_histogram_mechanisms_run_from_the_cli(tmp_path, capsys):
         )
         report = json.loads((tmp_path / f"{name}.json").read_text())
         assert len(report["ledger"]) == 6 and report["rho_spent"] <= report["rho_budget"]
-        assert {e["primitive"] for e in report["ledger"]} == {"exponential", "gaussian"}
+        assert {e["primitive"] for e in report["ledger"]} == {"discrete_exponential", "discrete_gaussian"}
         errors = json.loads((tmp_path / f"{name}-e.json").read_text())
         assert ("best_mixture_error" in errors) == name.endswith("-pub")
         assert "round 3/3" in capsys.readouterr().err
@@ -294,3 +295,15 @@ def test_mechanisms_run_on_a_csv_with_a_domain_file(tmp_path, name):
     assert main(argv) == 0
     header, codes = _read_codes(tmp_path / "o.csv")
     assert header == list(data.domain.names) and len(codes) == 3000
+
+
+def test_float_noise_is_an_explicit_option_named_in_the_report(tmp_path, capsys):
+    out, report = tmp_path / "s.csv", tmp_path / "r.json"
+    argv = ["synth", "--mechanism", "independent", "--dataset", "adult-reduced", "--epsilon", "1"]
+    assert main([*argv, "--seed", "0", "--noise", "float", "--out", str(out), "--report", str(report)]) == 0
+    written = json.loads(report.read_text())
+    assert written["noise"] == "float-gaussian"
+    assert [e["primitive"] for e in written["ledger"]] == ["gaussian"]
+    assert "does not meet the stated delta" in capsys.readouterr().err
+    assert main([*argv, "--noise", "exact", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "--noise" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()

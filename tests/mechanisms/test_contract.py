@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from jaxdp import audit, loop
+from jaxdp.api import noise_name
 from jaxdp.keys import Stream, round_key, stream_key
 from jaxdp.types import Sensitive
 
@@ -90,6 +91,9 @@ def test_ledger_equals_plan_and_budget_is_kept(build):
     assert spent <= mech.plan.rho_budget
     assert spent == pytest.approx(plan.rho_planned, rel=1e-12)
     assert float(result.state.rho_spent) == pytest.approx(spent, rel=1e-6)
+    # exact noise by default: every primitive invoked is an integer one, and the report says so
+    assert all(e.primitive.startswith("discrete_") for e in result.ledger), result.ledger
+    assert noise_name(result.ledger) in ("discrete-gaussian", "exact-exponential")
 
 
 def test_more_rounds_than_planned_are_refused(build):

@@ -551,9 +551,11 @@ def _independent_bound(make, relation, n, delta, seed):
     answers, answers_prime = _one_way_counts(CODES) * scale, _one_way_counts(neighbour) * scale
     # The neighbours are a worst case: the answers move by exactly the declared L2 sensitivity.
     assert np.linalg.norm(answers_prime - answers) == pytest.approx(honest.sensitivity, rel=1e-12)
-    # In units of the honest sigma: D at 0, D' at +0.5, as for the Gaussian count.
-    s = _independent_statistic(mech, answers, answers_prime, n, seed) / honest.sigma
-    s_prime = _independent_statistic(mech_prime, answers, answers_prime, n, seed + 1) / honest.sigma
+    # In units of the honest sigma (in counts; the answers are counts * scale): D at 0, D' at
+    # +0.5, as for the Gaussian count.
+    unit = honest.sigma * scale
+    s = _independent_statistic(mech, answers, answers_prime, n, seed) / unit
+    s_prime = _independent_statistic(mech_prime, answers, answers_prime, n, seed + 1) / unit
     return threshold_attack(s, s_prime, delta), claim
 
 
@@ -571,7 +573,10 @@ def _half_noise(relation):
 
 def _no_noise(relation):
     def make(data):
-        return dataclasses.replace(jaxdp.independent(data, rho=RHO, relation=relation), sigma=NO_NOISE)
+        # the exact sampler's smallest scale: its noise is nonzero with probability below 1e-800
+        return dataclasses.replace(
+            jaxdp.independent(data, rho=RHO, relation=relation), sigma=samplers.SIGMA_MIN
+        )
 
     return make
 
@@ -584,7 +589,7 @@ def _halved_sensitivity(relation):
         mech = jaxdp.independent(data, rho=RHO, relation=relation)
         sensitivity = 0.5 * mech.sensitivity
         sigma = accounting.gaussian_sigma(sensitivity, RHO)
-        charge = PlannedCharge("measure 1-way marginals", "gaussian", sensitivity, sigma)
+        charge = PlannedCharge("measure 1-way marginals", mech.plan.charges[0].primitive, sensitivity, sigma)
         plan = Plan.from_rho(RHO).with_charge(charge).check()
         return dataclasses.replace(mech, sigma=sigma, sensitivity=sensitivity, plan=plan)
 
