@@ -1,31 +1,45 @@
 """Exact samplers on the integers, in JAX: no floating point decides any outcome.
 
-Canonne, Kamath & Steinke (2020, "The Discrete Gaussian for Differential Privacy", Algorithms
-1-3) sample Bernoulli(exp(-gamma)) for rational gamma, the discrete Laplace and the discrete
-Gaussian using only integer comparisons of uniform random integers. This module runs those
-algorithms vectorised over arrays, inside jit and vmap, with fixed shapes:
+Canonne, Kamath & Steinke (2020, "The Discrete Gaussian for Differential Privacy", CKS20) sample
+Bernoulli(exp(-gamma)) for rational gamma with integer comparisons of uniform random integers
+(their Algorithm 1: K = the first k with A_k = 0, A_k ~ Bernoulli(gamma / k), is odd with
+probability exp(-gamma) for gamma <= 1). Every sampler here is built from that loop, vectorised
+over arrays inside jit and vmap, with fixed shapes:
 
-- every loop of the sequential algorithm is unrolled into a fixed batch of draws (enough that
-  nearly every entry finishes in the batch), followed by a masked `lax.while_loop` that continues
-  the *same* loop, from the same place, for the rare entries that did not finish. Each entry's
-  output is therefore exactly the output of the sequential algorithm on its own random stream.
-- a uniform integer below `m` is the word `w % m` of a 32-bit word, redrawn while `w` falls in the
-  last `2^32 mod m` values (rejection), so it is exactly uniform.
-- Bernoulli(1/j) for j = 2..10 come from one word read in the factorial number system: below
-  10! * floor(2^32 / 10!) the digits `(w // (j-1)!) % j` are independent and exactly uniform.
+- **Level sets.** A law P(x) ~ exp(-E(x)) (E = x^2 / (2 V) for the discrete Gaussian, X / t for
+  the discrete Laplace) is drawn by rejection: a level G ~ Geometric (P(G = g) ~ exp(-g)), a
+  point x uniform in a window of the level {x : floor(E(x)) = G} (the window is as wide as the
+  widest level, so P(x) ~ exp(-G)), then acceptance with Bernoulli(exp(-(E(x) - G))), a fraction
+  below 1. The product is exp(-E(x)): accepted draws follow P exactly. The Gaussian accepts about
+  53% of attempts (sigma >= 2), the Laplace 63%.
+- **Bernoulli(exp(-1)) trials** (the geometric level, and whole parts of exponents) come four to a
+  32-bit word: a digit uniform below 5! = 120 settles the K of one trial whenever K <= 5 (its
+  probabilities are (K - 1) / K!: 60, 40, 15, 4 in 120ths; 1 in 120 continues the loop).
+- **Bernoulli(f) for the fraction f** compares digits of a uniform with digits of f: one byte
+  settles it unless the byte equals f's byte, and then the next byte decides (f is a dyadic
+  rational for the Gaussian, a rational a / D otherwise: its digits are exact integers).
+- **Attempts in bulk.** Each attempt reads three words: the uniform point, four trial digits, and
+  the fraction loop's Bernoulli(1/k) digit (for k <= 4) with three digit comparisons. About 96%
+  of attempts are settled by them; the others (a geometric level of 4 or more, a loop past k = 4,
+  a tied digit) continue *exactly where they stopped*, one step per iteration with fresh words, in
+  a buffer of the unsettled attempts. Accepted attempts fill the outputs in attempt order, so
+  the outputs are i.i.d. draws from the target (attempts are i.i.d.; which attempts are accepted
+  does not depend on the outputs they fill).
+- **Uniform integers** below a bound b are Lemire's multiply-high of a word, rejecting the 2^32
+  mod b words with the smallest low halves (exactly uniform); a word outside a rejection
+  threshold rejects its attempt, an event independent of everything else in the attempt. Words
+  come from jax.random's threefry2x32, both halves of each block.
 
 Nothing here touches private data: `jaxdp.noise` adds these draws to private values.
 
 Ranges (int32/uint32 arithmetic, no x64 needed): the discrete Gaussian takes sigma in
-[`SIGMA_MIN`, `SIGMA_MAX`]; its variance sigma^2 is the rational c * t / k of `GaussianLattice`,
-rounded up from the requested value by a relative 2^-10 at most for sigma >= 0.03 (coarser below,
-where 32-bit arithmetic bounds the denominator; never below the requested value). The Laplace proposal of the
-Gaussian sampler is truncated at `GaussianLattice.cap` >= 32 sigma, so the law drawn is the
-discrete Gaussian conditioned on |y| <= cap: its total-variation distance from the discrete
-Gaussian is below exp(-500) (docs/privacy.md states what this means for the guarantee).
+[`SIGMA_MIN`, `SIGMA_MAX`]; its variance V = 2^s / (2 m) (`GaussianLattice`) is sigma^2 rounded
+up by a relative 2^-10 at most (never below it). Its levels stop at E(y) < 2^16, so the law drawn
+is the discrete Gaussian conditioned on |y| <= `GaussianLattice.cap` (about 362 sigma; the mass
+beyond is below exp(-65000)). The discrete Laplace keeps X <= 2^30 (below).
 
-Expected cost: about 1.4 Laplace proposals per Gaussian draw, each a few dozen 32-bit words;
-`bench/bench_noise.py` measures it.
+Expected cost (`bench/bench_noise.py` measures it): about 1.9 attempts per Gaussian draw and 1.6
+per Laplace draw, three 32-bit words each; about 4% of attempts take the slower exact path.
 """
 
 from __future__ import annotations
@@ -38,15 +52,18 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.random import threefry_2x32
 
 from jaxdp.types import Array, Key
 
 SIGMA_MIN = 2.0**-6
-SIGMA_MAX = 46_000.0  # the acceptance denominator 2 c k t must stay below 2^32
-_PRECISION = 2**10  # k sigma^2 / t >= 2^10: sigma^2 is rounded up by a relative 2^-10 at most
+SIGMA_MAX = 46_000.0  # keeps |y| <= cap < 2^25, so m y^2 fits in 64 bits
+LAPLACE_CAP = 2**30
 _WORD = 2**32
-_FACTORIAL_DIGITS = 10  # Bernoulli(1/j), j = 2..10, from one word
-_FACTORIAL_LIMIT = math.factorial(_FACTORIAL_DIGITS) * (_WORD // math.factorial(_FACTORIAL_DIGITS))
+_PRECISION = 2**11  # m >= 2^11: V = 2^s / (2 m) is sigma^2 rounded up by a relative 2^-10 at most
+_LEVELS = 2**14  # the Gaussian's support: E(y) = m y^2 / 2^s < 2^14 (level starts on the host)
 
 
 # --- host-side parameters --------------------------------------------------------------------------
@@ -54,37 +71,51 @@ _FACTORIAL_LIMIT = math.factorial(_FACTORIAL_DIGITS) * (_WORD // math.factorial(
 
 @dataclasses.dataclass(frozen=True)
 class GaussianLattice:
-    """Integer parameters of a discrete Gaussian with variance sigma^2 = c * t / k (exact).
+    """Integer parameters of a discrete Gaussian with variance V = 2^s / (2 m) (exact).
 
-    t: scale of the discrete Laplace proposal (floor(sigma) + 1, as CKS20 Algorithm 3).
-    k: denominator, a power of two with k sigma^2 / t >= 2^10 where 32 bits allow.
-    c: ceil(sigma^2 k / t), so that sigma^2 = c t / k >= the requested sigma^2.
-    cap: the largest |y| the proposal keeps (>= 32 sigma; k * cap + c < 2^32).
+    The exponent of y is E(y) = y^2 / (2 V) = m y^2 / 2^s, a dyadic rational.
+    m: in [2^11, 2^12), so that V >= sigma^2 is within a relative 2^-10 of it.
+    s: the exponent's binary denominator.
+    cap: the largest |y| drawn, the largest y with E(y) < 2^14 (about 181 sigma).
     """
 
-    t: int
-    k: int
-    c: int
+    m: int
+    s: int
     cap: int
 
     @property
     def variance(self) -> Fraction:
-        """sigma^2 exactly, as a rational."""
-        return Fraction(self.c * self.t, self.k)
+        """V exactly, as a rational."""
+        return Fraction(2**self.s, 2 * self.m)
 
-    @property
-    def denominator(self) -> int:
-        """2 sigma^2 k^2 / k = 2 c k t: the acceptance exponent is (k |y| - c)^2 / (2 c k t)."""
-        return 2 * self.c * self.k * self.t
+    def level_start(self, level: int) -> int:
+        """The smallest y >= 0 with E(y) >= level."""
+        threshold = -(-(level << self.s) // self.m)  # ceil(level 2^s / m): y^2 >= it
+        return math.isqrt(threshold - 1) + 1 if threshold > 0 else 0
+
+    def level_starts(self) -> np.ndarray:
+        """level_start(g) for g = 0 .. 2^14 - 1 (int64 arithmetic, exact)."""
+        return _level_starts(self.m, self.s)
+
+
+@functools.lru_cache(maxsize=64)
+def _level_starts(m: int, s: int) -> np.ndarray:
+    levels = np.arange(_LEVELS, dtype=np.int64)
+    threshold = -((-(levels << s)) // m)  # ceil(g 2^s / m) < 2^61
+    root = np.floor(np.sqrt(np.maximum(threshold - 1, 0).astype(np.float64))).astype(np.int64)
+    for _ in range(2):  # make root = isqrt(threshold - 1) exactly
+        root = np.where(root * root > threshold - 1, root - 1, root)
+        root = np.where((root + 1) * (root + 1) <= threshold - 1, root + 1, root)
+    starts = np.where(threshold > 0, root + 1, 0)
+    starts.setflags(write=False)
+    return starts
 
 
 def gaussian_lattice(sigma: float) -> GaussianLattice:
     """The exact lattice parameters for a discrete Gaussian of scale at least `sigma`.
 
-    sigma^2 = c t / k with c = ceil(sigma^2 k / t): the excess is below t / k, a relative
-    t / (k sigma^2). k is the smallest power of two making that at most 2^-10, unless the
-    acceptance denominator 2 c k t would reach 2^32 (only for sigma below about 0.03), where k is
-    the largest power of two that fits.
+    1 / (2 V) = m / 2^s is 1 / (2 sigma^2) rounded down to 12 significant bits, m >= 2^11: V is at
+    least sigma^2 and at most sigma^2 / (1 - 2^-11) < sigma^2 (1 + 2^-10).
 
     Raises:
         ValueError: sigma outside [SIGMA_MIN, SIGMA_MAX].
@@ -96,92 +127,95 @@ def gaussian_lattice(sigma: float) -> GaussianLattice:
             f"discrete Gaussian sigma must be in [{SIGMA_MIN}, {SIGMA_MAX}] (counts), got {sigma!r}; "
             "a larger sigma in counts means a table with many records at a tiny budget"
         )
-    target = Fraction(sigma) ** 2
-    t = math.floor(sigma) + 1
-
-    def lattice(k: int) -> GaussianLattice:
-        c = math.ceil(target * k / t)
-        return GaussianLattice(t=t, k=k, c=c, cap=min((_WORD - 1 - c) // k, 2**30))
-
-    def fits(candidate: GaussianLattice) -> bool:
-        return candidate.denominator < _WORD and candidate.cap >= 32 * sigma
-
-    k = 1
-    while target * k / t < _PRECISION and fits(lattice(2 * k)):
-        k *= 2
-    chosen = lattice(k)
-    assert chosen.variance >= target and fits(chosen)
-    return chosen
+    precision = 1 / (2 * Fraction(sigma) ** 2)
+    s = 0
+    while precision * 2**s < _PRECISION:
+        s += 1
+    m = math.floor(precision * 2**s)
+    cap = math.isqrt(((_LEVELS << s) - 1) // m)
+    lattice = GaussianLattice(m=m, s=s, cap=cap)
+    assert lattice.variance >= Fraction(sigma) ** 2 and cap < 2**25 and s < 48
+    return lattice
 
 
 def laplace_lattice(scale: float) -> tuple[int, int]:
-    """(t, s) with t / s >= scale: the discrete Laplace Lap_Z(t / s), P(y) ~ exp(-|y| s / t).
+    """(t, s) with scale <= t / s <= scale (1 + 2^-10): the discrete Laplace Lap_Z(t / s),
+    P(y) ~ exp(-|y| s / t).
 
-    s is a power of two chosen so that t / s is within a relative 2^-10 above `scale`.
+    For scale <= 2^13, t is a power of two (below 2^24) and s = floor(t / scale) >= 2^10 (the
+    sampler's fractions u / t are then dyadic); above, s = 1 and t = ceil(scale) < 2^24.
     """
     if not isinstance(scale, int | float) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be finite and > 0, got {scale!r}")
-    s = 1
-    while scale * s < _PRECISION:
-        s *= 2
-    t = math.ceil(Fraction(scale) * s)
-    if t >= 2**24:
-        raise ValueError(f"discrete Laplace scale {scale!r} is too large (at most 2^24 / s)")
-    return t, s
+    exact = Fraction(scale)
+    if exact <= 2**13:
+        t = 1
+        while t < 2**10 * exact:
+            t *= 2
+        return t, math.floor(t / exact)
+    if exact >= 2**24 - 1:
+        raise ValueError(f"discrete Laplace scale {scale!r} is too large (at most 2^24 - 1)")
+    return math.ceil(exact), 1
 
 
-# --- uniform integers and Bernoulli draws -----------------------------------------------------------
+def _u32(value) -> Array:
+    return jnp.asarray(value, jnp.uint32)
 
 
-def _words(key: Key, shape: tuple[int, ...]) -> Array:
-    return jax.random.bits(key, shape, jnp.uint32)
+def _lemire_threshold(bound: int) -> int:
+    """2^32 mod bound: Lemire's rejection threshold for a uniform integer below `bound`."""
+    return _WORD % bound
+
+
+def _division_magic(divisor: int) -> tuple[int, int, int]:
+    """(multiplier, shift1, shift2) of Granlund & Montgomery (1994, Fig. 4.1): for every 32-bit n,
+    n // divisor = (t + ((n - t) >> shift1)) >> shift2 with t = (multiplier n) >> 32."""
+    assert 1 <= divisor < _WORD
+    bits = (divisor - 1).bit_length()  # ceil(log2 divisor)
+    multiplier = (_WORD * ((1 << bits) - divisor)) // divisor + 1
+    return multiplier, min(bits, 1), max(bits - 1, 0)
+
+
+# --- words and integer arithmetic -------------------------------------------------------------------
 
 
 def _consume(key: Key) -> Key:
     """The key the sampler derives its words from, by `split`, which jax's key-reuse checker
-    counts as a use of `key` (`fold_in`, used for every later word, is not): a caller that hands
-    one key to two samplers is caught, as with `jax.random`'s own samplers."""
+    counts as a use of `key`: a caller that hands one key to two samplers is caught, as with
+    `jax.random`'s own samplers."""
     return jax.random.split(key, 1)[0]
 
 
-def _below(words: Array, bound) -> tuple[Array, Array]:
-    """(words % bound, accepted): exactly uniform below `bound` where accepted.
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 
-    bound: a Python int in [1, 2^32) or a uint32 array broadcastable with words.
+
+def _threefry(key: Array, x0: Array, x1: Array) -> tuple[Array, Array]:
+    """Threefry-2x32 (20 rounds), the hash under `jax.random`'s default generator, written out
+    (it equals `jax.extend.random.threefry_2x32`; straight-line code compiles faster than jax's
+    rolled loop)."""
+    keys = (key[0], key[1], key[0] ^ key[1] ^ jnp.uint32(0x1BD11BDA))
+    x0, x1 = x0 + keys[0], x1 + keys[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = ((x1 << r) | (x1 >> (32 - r))) ^ x0
+        x0, x1 = x0 + keys[(i + 1) % 3], x1 + keys[(i + 2) % 3] + jnp.uint32(i + 1)
+    return x0, x1
+
+
+def _draw(key: Key, counter: Array, rows: int, width: int) -> Array:
+    """(rows, width) uniform uint32 words: block `counter` of `key`'s stream.
+
+    Every draw of a sampler call uses a new block (a counter carried through its loop). For
+    threefry keys, word i of block c is one half of threefry2x32(key; (i, c)) (both halves are
+    used; `jax.random.bits` keeps their xor); other key types use jax.random.bits(fold_in(key, c)).
     """
-    if isinstance(bound, int):
-        limit = (_WORD // bound) * bound
-        ok = jnp.ones(words.shape, bool) if limit == _WORD else words < jnp.uint32(limit)
-        return words % jnp.uint32(bound), ok
-    bound = jnp.asarray(bound, jnp.uint32)
-    excess = (jnp.uint32(0) - bound) % bound  # 2^32 mod bound
-    ok = (excess == 0) | (words < jnp.uint32(0) - excess)
-    return words % bound, ok
-
-
-def _factorial_digits_zero(words: Array) -> tuple[Array, Array]:
-    """Bernoulli(1/j) for j = 2..10 from each word: (bool (..., 9), accepted (...))."""
-    digits = []
-    radix = 1
-    for j in range(2, _FACTORIAL_DIGITS + 1):
-        digits.append((words // jnp.uint32(radix)) % jnp.uint32(j) == 0)
-        radix *= j
-    return jnp.stack(digits, axis=-1), words < jnp.uint32(_FACTORIAL_LIMIT)
-
-
-def _first_true(flags: Array) -> tuple[Array, Array]:
-    """(index of the first True along the last axis, or its length; whether any is True)."""
-    width = flags.shape[-1]
-    found = jnp.any(flags, axis=-1)
-    return jnp.where(found, jnp.argmax(flags, axis=-1), width).astype(jnp.int32), found
-
-
-def _at_least(high: Array, low: Array, value) -> Array:
-    """(high, low) >= value: a Python int below 2^64, or a uint32 array (one word)."""
-    if not isinstance(value, int):
-        return (high > 0) | (low >= value)
-    v_high, v_low = divmod(value, _WORD)
-    return (high > jnp.uint32(v_high)) | ((high == jnp.uint32(v_high)) & (low >= jnp.uint32(v_low)))
+    n = rows * width
+    if str(jax.random.key_impl(key)) != "threefry2x32":
+        return jax.random.bits(jax.random.fold_in(key, counter), (rows, width), jnp.uint32)
+    half = (n + 1) // 2
+    x0, x1 = _threefry(jax.random.key_data(key), lax.iota(jnp.uint32, half), jnp.full(half, counter, jnp.uint32))
+    return jnp.concatenate([x0, x1])[:n].reshape(rows, width)
 
 
 def _mul_wide(a: Array, b: Array) -> tuple[Array, Array]:
@@ -196,285 +230,535 @@ def _mul_wide(a: Array, b: Array) -> tuple[Array, Array]:
     return high, low
 
 
-# --- the per-entry program --------------------------------------------------------------------------
+def _less(a: tuple[Array, Array], b: tuple[Array, Array]) -> Array:
+    """a < b for two-word (high, low) integers."""
+    return (a[0] < b[0]) | ((a[0] == b[0]) & (a[1] < b[1]))
+
+
+def _subtract(a: tuple[Array, Array], b: tuple[Array, Array]) -> tuple[Array, Array]:
+    """a - b for two-word integers, a >= b."""
+    return a[0] - b[0] - (a[1] < b[1]).astype(jnp.uint32), a[1] - b[1]
+
+
+def _shift_left(value: tuple[Array, Array], amount: Array) -> tuple[Array, Array]:
+    """A two-word integer shifted left by `amount` in [0, 64] (bits above 64 are dropped)."""
+    high, low = value
+    amount = amount.astype(jnp.uint32)
+    small = amount < 32
+    carried = jnp.where(amount == 0, 0, low >> (32 - amount))  # shifts of 32 or more give 0
+    return jnp.where(small, (high << amount) | carried, low << (amount - 32)), jnp.where(small, low << amount, 0)
+
+
+def _below(words: Array, bound, threshold) -> tuple[Array, Array]:
+    """(uniform below `bound`, accepted): Lemire's method, exact where accepted.
+
+    The value is the high word of words * bound; the 2^32 mod bound words whose low word falls
+    below `threshold` = 2^32 mod bound are rejected, which leaves floor(2^32 / bound) words for
+    every value (Lemire 2019, "Fast random integer generation in an interval", Lemma 4.1).
+    """
+    high, low = _mul_wide(words, _u32(bound))
+    return high, low >= _u32(threshold)
+
+
+def _inverse(words: Array, k: Array) -> tuple[Array, Array]:
+    """(accepted, Bernoulli(1/k)) from one word, exact where accepted; k >= 1 per entry.
+
+    With any q >= 1 such that k q <= 2^32, a word below k q is accepted and is 1 below q: q of the
+    k q accepted words, exactly 1/k whatever q is. q = (2^32 - 2^10) / k in float32 keeps k q
+    below 2^32 (a float32 quotient is within a relative 2^-23 of the true one).
+    """
+    k = jnp.maximum(k, 1).astype(jnp.uint32)
+    q = (jnp.float32(2**32 - 2**10) / k.astype(jnp.float32)).astype(jnp.uint32)
+    return words < k * q, words < q
+
+
+def _divide(numerator: Array, magic: tuple[Array, Array, Array]) -> Array:
+    """numerator // divisor for a uint32 array, from `_division_magic(divisor)`."""
+    multiplier, shift1, shift2 = magic
+    t, _ = _mul_wide(numerator, multiplier)
+    return (t + ((numerator - t) >> shift1)) >> shift2
+
+
+# --- fractions: Bernoulli(f) digit by digit ---------------------------------------------------------
 #
-# Each entry runs CKS20's sequential algorithm as a small program with a program counter (`phase`)
-# and registers; one iteration of the driver advances every entry by one step, drawing two fresh
-# 32-bit words per entry. A step whose word falls in a rejection zone is redone with fresh words
-# (the draw it stands for is exactly uniform once accepted), so each entry's output is exactly that
-# of the sequential algorithm.
+# A fraction f in [0, 1) is compared with a uniform U one digit (base 2^b) at a time:
+# digit(f) = floor(2^b f) and the rest f' = frac(2^b f) (exactly, as integers). With u the digit of
+# U: u < digit -> U < f; u > digit, or u = digit and f' = 0 -> U >= f; u = digit, f' > 0 -> U < f
+# with probability f', decided by the next digit of U against f' (a tie, probability 2^-b).
+
+
+class _Dyadic(NamedTuple):
+    """f = (high 2^32 + low) / 2^64 (a dyadic rational with at most 64 bits)."""
+
+    high: Array
+    low: Array
+
+    def digit(self, b: int, params) -> tuple[Array, _Dyadic]:
+        rest = _Dyadic((self.high << b) | (self.low >> (32 - b)), self.low << b)
+        return self.high >> (32 - b), rest
+
+    def half(self, bit: Array, params) -> _Dyadic:
+        """(bit + f) / 2: the rest after 7 digits from `bit` (the 8th digit) and the rest after 8."""
+        return _Dyadic((bit << 31) | (self.high >> 1), (self.high << 31) | (self.low >> 1))
+
+    def is_zero(self) -> Array:
+        return (self.high | self.low) == 0
+
+    @staticmethod
+    def recall(f: _Dyadic, depth: Array, stored: tuple, params) -> _Dyadic:
+        """The rest of f after `depth` bits: f shifted left (nothing stored)."""
+        return _Dyadic(*_shift_left((f.high, f.low), jnp.minimum(depth, 64)))
+
+    @staticmethod
+    def store(f, depth, events, rest, stored: tuple, params) -> tuple:
+        return ()
+
+
+class _Rational(NamedTuple):
+    """f = numerator / D, D a per-call uint32 (params.denominator), numerator < D."""
+
+    numerator: Array
+
+    def digit(self, b: int, params) -> tuple[Array, _Rational]:
+        denominator = params.denominator
+        remainder, quotient = self.numerator, jnp.zeros_like(self.numerator)
+        for _ in range(b):  # long division: remainder < D < 2^32, 2 remainder may carry
+            doubled = remainder << 1
+            bit = ((remainder >> 31) == 1) | (doubled >= denominator)
+            remainder = jnp.where(bit, doubled - denominator, doubled)
+            quotient = (quotient << 1) | bit.astype(jnp.uint32)
+        return quotient, _Rational(remainder)
+
+    def half(self, bit: Array, params) -> _Rational:
+        """(bit D + numerator) / 2 (an integer: the rest after 7 digits, see `_Dyadic.half`)."""
+        d = params.denominator
+        odd = bit * (d & self.numerator & 1)
+        return _Rational((self.numerator >> 1) + bit * (d >> 1) + odd)
+
+    def is_zero(self) -> Array:
+        return self.numerator == 0
+
+    @staticmethod
+    def recall(f: _Rational, depth: Array, stored: tuple, params) -> _Rational:
+        """The rest of f after `depth` bits: stored (its numerator)."""
+        return _Rational(jnp.where(depth == 0, f.numerator, stored[0]))
+
+    @staticmethod
+    def store(f: _Rational, depth: Array, events, rest: _Rational, stored: tuple, params) -> tuple:
+        """The numerator of the rest after `depth` bits: f's after 7 or 8 bits when the K-loop is
+        entered with a tie, `rest` after a tie at this step, kept otherwise."""
+        entering, tied, _ = events
+        byte, rest8 = f.digit(8, params)
+        entered = jnp.where(depth == 7, rest8.half(byte & 1, params).numerator, rest8.numerator)
+        return (jnp.where(entering, entered, jnp.where(tied, rest.numerator, stored[0])),)
+
+
+def _versus(u: Array, top: Array, exact: Array) -> tuple[Array, Array, Array]:
+    """(U < f, U >= f, undecided) from a digit u of U and the same digit `top` of f, `exact` if
+    f has no further nonzero digits."""
+    equal = u == top
+    return u < top, (u > top) | (equal & exact), equal & ~exact
+
+
+# --- one attempt, in steps --------------------------------------------------------------------------
 #
-#   PROPOSE  U uniform below t and A_1 ~ Bernoulli(U / t), the first step of the K-loop of
-#            Bernoulli(exp(-U / t)): A_1 = 0 -> COUNT (K = 1, odd), A_1 = 1 -> SCALE with k = 2
-#   SCALE    A_k = Bernoulli(U / t) and Bernoulli(1 / k); the first k with A_k = 0 is K:
-#            K odd -> COUNT (v = 0), K even -> reject
-#   COUNT    V: Bernoulli(exp(-1)) trials (the K-loop with A_k = Bernoulli(1 / k)); a success adds
-#            1 to v, the first failure ends V: X = U + t V and a sign bit (X > cap or -0: reject);
-#            Laplace -> DONE; Gaussian: gamma = (k |X| - c)^2 / (2 c k t) -> WHOLE or FRACTION
-#   WHOLE    (gamma >= 1) a Bernoulli(exp(-1)) trial: success -> gamma -= 1, failure -> reject
-#   FRACTION (gamma < 1) the K-loop of Bernoulli(exp(-gamma)): K odd -> DONE, K even -> reject
-#
-# A rejection starts a new trial at PROPOSE (samplers) or ends with value 0 (`bernoulli_exp`).
+# An attempt: the sampler's point (`propose`); the geometric level, Bernoulli(exp(-1)) trials
+# counted until the first failure or until the sampler's `reached(g)`; the point placed in its
+# level (`place`), giving the output and a fraction f; CKS20's K-loop for Bernoulli(exp(-f)), K
+# odd accepting. A step reads three fresh words per slot and settles a fresh attempt with
+# probability about 0.96 (four trials and three K-loop indices from one word each); otherwise the
+# slot carries the attempt over (registers in `_Slot`) and continues it exactly where it stopped,
+# one trial or K-loop index per step.
 
-PROPOSE, SCALE, COUNT, WHOLE, FRACTION, DONE = range(6)
+FRESH, LEVEL, FRACTION, IDLE = range(4)
+_FAILED, _REACHED, _PENDING_TRIAL, _PENDING_NEW = range(4)
 
 
-class _Params(NamedTuple):
-    """The numbers a program runs with, as uint32 scalars: traced, so that one compiled program
-    serves every sigma, scale and rate (AIM changes them every round)."""
-
-    t: Array  # Laplace proposal scale: the proposal is Lap_Z(t)
-    cap: Array  # largest X kept
-    v_limit: Array  # cap // t: larger V is rejected before t * V could overflow
-    divide: Array  # Laplace: output floor(X / divide), i.e. Lap_Z(t / divide)
-    k: Array  # Gaussian lattice denominator
-    c: Array  # Gaussian lattice: sigma^2 / t = c / k
-    denominator: Array  # gamma denominator in WHOLE / FRACTION (2 c k t for the Gaussian)
+def _trial_digits(words: Array) -> tuple[tuple[Array, ...], Array]:
+    """Four base-120 digits (each a Bernoulli(exp(-1)) trial) from words below 120^4 * 20."""
+    ok = words < jnp.uint32(120**4 * 20)
+    digits = []
+    for _ in range(4):
+        digits.append(lax.rem(words, jnp.uint32(120)))
+        words = lax.div(words, jnp.uint32(120))
+    return tuple(digits), ok
 
 
-def _params(
-    t: int = 1, cap: int = 1, divide: int = 1, k: int = 1, c: int = 0, denominator: int = 1
-) -> _Params:
-    values = (t, cap, cap // t, divide, k, c, denominator)
-    assert all(0 <= v < _WORD for v in values)
-    return _Params(*(jnp.asarray(v, jnp.uint32) for v in values))
+def _geometric(words: Array, reached: list[Array]) -> tuple[Array, Array, Array]:
+    """(status, successes, accepted) of four trials of a geometric walk.
 
-
-class _Registers(NamedTuple):
-    phase: Array  # int32
-    k: Array  # int32, index in the current K-loop
-    u: Array  # uint32, the proposal's U
-    v: Array  # int32, the geometric count
-    high: Array  # uint32, gamma numerator (high word)
-    low: Array  # uint32, gamma numerator (low word)
-    value: Array  # int32 output (samplers) or 0/1 (bernoulli_exp)
-
-
-def _inverse_draw(word: Array, k: Array) -> tuple[Array, Array]:
-    """(accepted, Bernoulli(1/k)) from one word, exact where accepted; k >= 1."""
-    remainder, accepted = _below(word, k.astype(jnp.uint32))
-    return accepted, remainder == 0
-
-
-def _exp_one_step(word: Array, k: Array) -> tuple[Array, Array, Array]:
-    """One step of the Bernoulli(exp(-1)) K-loop: (decided, success, next_k).
-
-    At k = 1 one factorial word settles K whenever K <= 10 (else next_k = 11); from k = 11 on, one
-    Bernoulli(1/k) per step. K is the first k with A_k = 0; success is [K odd].
+    A trial's K (the first k with Bernoulli(1/k) = 0: CKS20 Algorithm 1 for gamma = 1) is 2, 3,
+    4, 5 with probabilities 60, 40, 15, 4 in 120, and >= 6 with 1 in 120: digits < 44 are
+    successes (K = 3, 5), 44 .. 118 failures (K = 2, 4), 119 continues the trial at k = 6. Before
+    trial i (after i successes) the walk ends if reached[i]. Status: FAILED, REACHED,
+    PENDING_TRIAL (the trial continues at k = 6) or PENDING_NEW (four successes, more follow).
     """
-    zero, factorial_ok = _factorial_digits_zero(word)
-    first, failed = _first_true(~zero)
-    accepted, one = _inverse_draw(word, k)
-    fresh = k == 1
-    decided = jnp.where(fresh, factorial_ok & failed, accepted & ~one)
-    success = jnp.where(fresh, first % 2 == 1, k % 2 == 1)  # K = first + 2, or K = k
-    next_k = jnp.where(
-        fresh, jnp.where(factorial_ok, _FACTORIAL_DIGITS + 1, 1), jnp.where(accepted, k + 1, k)
-    )
-    return decided, success, next_k
+    digits, ok = _trial_digits(words)
+    status = jnp.full(words.shape, _PENDING_NEW, jnp.int32)
+    g = jnp.full(words.shape, 4, jnp.int32)
+    for i in reversed(range(4)):  # the first trial that is not a success decides
+        outcome = jnp.where(digits[i] < 119, _FAILED, _PENDING_TRIAL)
+        stop = reached[i] | (digits[i] >= 44)
+        status = jnp.where(stop, jnp.where(reached[i], _REACHED, outcome), status)
+        g = jnp.where(stop, i, g)
+    status = jnp.where((g == 4) & reached[4], _REACHED, status)
+    return status, g, ok
 
 
-def _fraction_step(words: tuple[Array, Array], numerator: Array, denominator: Array, k: Array):
-    """One step of the Bernoulli(exp(-numerator / denominator)) K-loop: (decided, success, next_k).
+def _fraction_fast(params, f, words: Array):
+    """CKS20's K-loop for Bernoulli(exp(-f)) from one word: (settled, accepted, k, j, tie, ok).
 
-    A_k = Bernoulli(numerator / denominator) and Bernoulli(1 / k); K = the first k with A_k = 0.
+    A_k = Bernoulli(1/k) Bernoulli(f); K = the first k with A_k = 0 is odd with probability
+    exp(-f). J = the first k with Bernoulli(1/k) = 0 is 2, 3, 4 for base-24 digits < 12, < 20,
+    < 23 and >= 5 for 23 (probabilities (J - 1) / J!); Bernoulli(f) for k = 1, 2 from a byte each
+    and k = 3 from 7 bits; K = min(J, the first k with Bernoulli(f) = 0). Unsettled: a tied digit
+    (the loop stays at that k with Bernoulli(1/k) = 1 known; tie = 2 after a byte, 1 after 7
+    bits: the rest of f to compare), or J >= 5 past k = 3 (at k = 4, Bernoulli(1/4) = 1 known,
+    tie = 0: f itself). j: J, or -5 for J >= 5.
+    The word is accepted below 24 * 2^23 * 21.
     """
-    draw, ok_gamma = _below(words[0], denominator)
-    ok_inverse, inverse = _inverse_draw(words[1], k)
-    ok = ok_gamma & ok_inverse
-    one = (draw < numerator) & inverse
-    return ok & ~one, k % 2 == 1, jnp.where(ok & one, k + 1, k)
+    ok = words < jnp.uint32(24 * 2**23 * 21)
+    bits = lax.div(words, jnp.uint32(24))
+    j_digit, u1, u2, u3 = lax.rem(words, jnp.uint32(24)), bits & 0xFF, (bits >> 8) & 0xFF, (bits >> 16) & 0x7F
+    j = jnp.where(j_digit < 12, 2, jnp.where(j_digit < 20, 3, jnp.where(j_digit < 23, 4, -5)))
+    byte, rest8 = f.digit(8, params)
+    exact8 = rest8.is_zero()  # f = byte / 2^8
+    one1, zero1, tie1 = _versus(u1, byte, exact8)
+    one2, zero2, tie2 = _versus(u2, byte, exact8)
+    one3, zero3, tie3 = _versus(u3, byte >> 1, exact8 & ((byte & 1) == 0))
+    at3 = one1 & (j != 2) & one2  # the loop reaches k = 3 (A_1 = A_2 = 1)
+    at4 = at3 & (j != 3) & one3
+    settled = zero1 | (one1 & ((j == 2) | zero2)) | (at3 & ((j == 3) | zero3)) | (at4 & (j == 4))
+    accepted = zero1 | (at3 & ((j == 3) | zero3))
+    tied2 = one1 & (j != 2) & tie2
+    tied3 = at3 & (j != 3) & tie3
+    k = jnp.where(tie1, 1, jnp.where(tied2, 2, jnp.where(tied3, 3, 4)))
+    tie = jnp.where(tie1 | tied2, 2, jnp.where(tied3, 1, 0))
+    return settled, accepted, k, j, tie, ok
 
 
-def _step(
-    gaussian: bool, reject_ends: bool, p: _Params, r: _Registers, words: tuple[Array, Array]
-) -> _Registers:
-    """Advance every entry by one step of its program (`gaussian`: accept-reject to a discrete
-    Gaussian after COUNT; `reject_ends`: `bernoulli_exp`, a rejection ends with value 0)."""
-    t, den = p.t, p.denominator
-    phase, k = r.phase, r.k
-    reject = DONE if reject_ends else PROPOSE
+class _Slot(NamedTuple):
+    """Where a slot's current attempt stands."""
 
-    # PROPOSE: U, then A_1 = Bernoulli(U / t) from the second word.
-    u_new, u_ok = _below(words[0], t)
-    a_draw, a_ok = _below(words[1], t)
-    proposing = (phase == PROPOSE) & u_ok & a_ok
-    a_one = a_draw < u_new
-    # SCALE and FRACTION share the K-loop step (different numerators and denominators).
-    scale_decided, scale_odd, scale_k = _fraction_step(words, r.u, t, k)
-    frac_decided, frac_odd, frac_k = _fraction_step(words, r.low, den, k)
-    # COUNT and WHOLE share the Bernoulli(exp(-1)) step on the first word.
-    one_decided, one_success, one_k = _exp_one_step(words[0], k)
-
-    # COUNT ending: X = U + t V, the sign from the second word (unused by COUNT otherwise).
-    negative = (words[1] & jnp.uint32(1)) == 1
-    within = r.v <= p.v_limit.astype(jnp.int32)  # before multiplying: t * v cannot overflow
-    x = r.u.astype(jnp.int32) + t.astype(jnp.int32) * jnp.where(within, r.v, 0)
-    magnitude = x // p.divide.astype(jnp.int32)
-    bad = ~within | (x > p.cap.astype(jnp.int32)) | (negative & (magnitude == 0))
-    signed = jnp.where(negative, -magnitude, magnitude)
-    if gaussian:
-        scaled = p.k * x.astype(jnp.uint32)  # k * cap + c < 2^32
-        distance = jnp.where(scaled >= p.c, scaled - p.c, p.c - scaled)
-        g_high, g_low = _mul_wide(distance, distance)
-        after = jnp.where(_at_least(g_high, g_low, den), WHOLE, FRACTION)
-    else:
-        g_high, g_low = r.high, r.low
-        after = jnp.full(phase.shape, DONE)
-
-    in_scale, in_count = phase == SCALE, phase == COUNT
-    in_whole, in_fraction = phase == WHOLE, phase == FRACTION
-    count_more = in_count & one_decided & one_success
-    count_end = in_count & one_decided & ~one_success
-    whole_taken = in_whole & one_decided & one_success
-    borrow = (r.low < den).astype(jnp.uint32)
-    w_high, w_low = r.high - borrow, r.low - den
-
-    new_phase = jnp.select(
-        [
-            proposing,
-            in_scale & scale_decided,
-            count_end,
-            whole_taken,
-            in_whole & one_decided,
-            in_fraction & frac_decided,
-        ],
-        [
-            jnp.where(a_one, SCALE, COUNT),
-            jnp.where(scale_odd, COUNT, reject),
-            jnp.where(bad, reject, after),
-            jnp.where(_at_least(w_high, w_low, den), WHOLE, FRACTION),
-            reject,
-            jnp.where(frac_odd, DONE, reject),
-        ],
-        phase,
-    )
-    new_k = jnp.select(
-        [proposing, in_scale, in_count | in_whole, in_fraction],
-        [
-            jnp.where(a_one, 2, 1),
-            jnp.where(scale_decided, 1, scale_k),
-            jnp.where(one_decided, 1, one_k),
-            jnp.where(frac_decided, 1, frac_k),
-        ],
-        k,
-    )
-    u = jnp.where(proposing, u_new, r.u)
-    v = jnp.select([proposing | in_scale, count_more], [0, r.v + 1], r.v)
-    high = jnp.select([count_end, whole_taken], [g_high, w_high], r.high)
-    low = jnp.select([count_end, whole_taken], [g_low, w_low], r.low)
-    if reject_ends:
-        value = jnp.where(in_fraction & frac_decided & frac_odd, 1, r.value)
-    else:
-        value = jnp.where(count_end, signed, r.value)
-    return _Registers(new_phase.astype(jnp.int32), new_k.astype(jnp.int32), u, v, high, low, value)
+    state: Array  # int32, see `_pack`
+    g: Array  # int32: successes of the geometric walk (LEVEL), the level (FRACTION)
+    aux: tuple  # the sampler's data (its point)
+    value: Array  # int32: the output of the attempt that ended at the last step
+    stored: tuple  # FRACTION: what the fraction type keeps of the rest of f (`_Rational`)
 
 
-def _iterate(program: tuple, registers: _Registers, key: Key, steps: int) -> _Registers:
-    """`steps` iterations of `_step` with fresh words each (fixed count)."""
-    shape = registers.phase.shape
-
-    def body(i, r):
-        sub = jax.random.fold_in(key, i)
-        words = (_words(jax.random.fold_in(sub, 0), shape), _words(jax.random.fold_in(sub, 1), shape))
-        return _step(*program, r, words)
-
-    return jax.lax.fori_loop(0, steps, body, registers)
-
-
-_COMPACT_ABOVE = 4096  # smaller arrays simply iterate at full width until done
-# About 20% of entries are unfinished after 10 iterations and 7% after 16: larger arrays take
-# 10 iterations at full width, then iterate over buffers of n / 8 unfinished entries. (Each
-# distinct buffer size is another copy of the step in the compiled program: two keep compiling
-# fast.)
-_FULL_WIDTH_STEPS = 10
-_BUFFER_FRACTION = 8
-_BUFFER_STEPS = 6
+# The packed state: phase (bits 0-1); FRACTION: bit 2 set if Bernoulli(1/k) = 1 is known for the
+# current k, bits 3-6 j + 5 (j: the loop's J if > 0; if <= 0, Bernoulli(1/k) = 1 for k < -j and is
+# drawn beyond), bits 9-15 the digits of f already compared (ties) for the current k; bit 7 the
+# last step ended an attempt, bit 8 it was accepted; bits 16-30 k, the index in the current
+# K-loop (LEVEL: of the current trial, 2 = a new one). k < 2^15: reaching it takes 2^15 - 1
+# successive Bernoulli(1/k) = 1, probability below 1 / 32767!.
+def _pack(phase, c_known, j, ended, accepted, depth, k):
+    flags = c_known.astype(jnp.int32) << 2 | ended.astype(jnp.int32) << 7 | accepted.astype(jnp.int32) << 8
+    return phase | flags | (j + 5) << 3 | depth << 9 | k << 16
 
 
-def _gather_iterate(program: tuple, r: _Registers, key: Key, size: int, steps: int) -> _Registers:
-    """Gather up to `size` unfinished entries into a buffer, iterate there, scatter them back.
+def _step(sampler, params, r: _Slot, words: Array) -> _Slot:
+    """Advance every slot by one step with three fresh words.
 
-    The position an entry occupies changes which words it reads, not their law: every (stage,
-    iteration, position) draws fresh words.
+    FRESH: a new attempt (words[0] its point; a point word outside its threshold retries). Then,
+    for FRESH slots and LEVEL slots at k = 2, four trials from words[1]; for LEVEL slots at k > 2,
+    Bernoulli(1/k) of the current trial from words[0]. A walk that ends places the point and runs
+    the K-loop from words[2] (a word outside its threshold restarts the loop at k = 1).
+    FRACTION: Bernoulli(1/k) from words[0] (unless known) and a byte of words[1] against the
+    current rest of f; the loop ends at the first A_k = 0, accepting if k is odd.
+    f and the output are recomputed from (point, level) at every step, and the registers are
+    packed: XLA copies a computation into the loop of each array it feeds.
     """
-    n = r.phase.shape[0]
-    (index,) = jnp.nonzero(r.phase != DONE, size=size, fill_value=n)
-    gathered = jax.tree.map(lambda a: a.at[index].get(mode="fill", fill_value=0), r)
-    # Fill slots (index n) start DONE so that they do nothing; their writes are dropped.
-    gathered = gathered._replace(phase=jnp.where(index < n, gathered.phase, DONE))
-    stepped = _iterate(program, gathered, key, steps)
-    return jax.tree.map(lambda a, b: a.at[index].set(b, mode="drop"), r, stepped)
-
-
-@functools.partial(jax.jit, static_argnames=("gaussian", "reject_ends"))
-def _run(
-    key: Key, params: _Params, registers: _Registers, *, gaussian: bool, reject_ends: bool
-) -> _Registers:
-    """Iterate until every entry is DONE: small arrays at full width; larger ones
-    `_FULL_WIDTH_STEPS` iterations at full width, then buffers of unfinished entries.
-
-    Jitted with the parameters as arguments: eager callers (AIM's rounds) reuse one program per
-    shape whatever their sigma; inside an enclosing jit it is inlined.
-    """
-    program = (gaussian, reject_ends, params)
-    flat = jax.tree.map(jnp.ravel, registers)
-    n = flat.phase.shape[0]
-
-    def unfinished(carry):
-        return jnp.any(carry[1].phase != DONE)
-
-    if n <= _COMPACT_ABOVE:
-
-        def body(carry):
-            i, r = carry
-            return i + 1, _iterate(program, r, jax.random.fold_in(key, i), 4)
-
-        out = jax.lax.while_loop(unfinished, body, (0, flat))[1]
-    else:
-        size = max(n // _BUFFER_FRACTION, _COMPACT_ABOVE)
-        first = _iterate(program, flat, jax.random.fold_in(key, 0), _FULL_WIDTH_STEPS)
-
-        def body(carry):
-            i, r = carry
-            return i + 1, _gather_iterate(program, r, jax.random.fold_in(key, i), size, _BUFFER_STEPS)
-
-        out = jax.lax.while_loop(unfinished, body, (1, first))[1]
-    return jax.tree.map(lambda a: a.reshape(registers.phase.shape), out)
-
-
-def _fresh(shape: tuple[int, ...], phase: int = PROPOSE) -> _Registers:
-    zeros_u = jnp.zeros(shape, jnp.uint32)
-    zeros_i = jnp.zeros(shape, jnp.int32)
-    return _Registers(
-        phase=jnp.full(shape, phase, jnp.int32),
-        k=jnp.ones(shape, jnp.int32),
-        u=zeros_u,
-        v=zeros_i,
-        high=zeros_u,
-        low=zeros_u,
-        value=zeros_i,
+    state = r.state
+    phase, k, depth = state & 3, state >> 16, (state >> 9) & 127
+    c_known, j_old = (state & 4) == 4, ((state >> 3) & 15) - 5
+    aux, ok = sampler.propose(params, words[0], r.aux)
+    starting = (phase == FRESH) & ok
+    aux = jax.tree.map(lambda a, b: jnp.where(starting, a, b), aux, r.aux)
+    # The geometric walk.
+    walking = starting | ((phase == LEVEL) & (k == 2))
+    g0 = jnp.where(starting, 0, r.g)
+    walk, walked, walk_ok = _geometric(words[1], [sampler.reached(params, aux, g0 + i) for i in range(5)])
+    walk_ok = walking & walk_ok
+    inverse_ok, inverse_one = _inverse(words[0], k)
+    trial = (phase == LEVEL) & (k != 2) & inverse_ok
+    success = trial & ~inverse_one & ((k & 1) == 1)
+    g = jnp.where(walk_ok, g0 + walked, jnp.where(success, g0 + 1, g0))
+    status = jnp.where(walk_ok, walk, jnp.where(trial & ~inverse_one & ~success, _FAILED, _PENDING_NEW))
+    status = jnp.where(success & sampler.reached(params, aux, g), _REACHED, status)
+    status = jnp.where(phase == FRACTION, _FAILED, status)  # (for `place`: the level is settled)
+    k_level = jnp.where(trial, jnp.where(inverse_one, k + 1, 2), jnp.where(walking, 2, k))
+    k_level = jnp.where(walk_ok & (walk == _PENDING_TRIAL), 6, k_level)
+    placed = (walk_ok | trial) & (status < _PENDING_TRIAL)
+    valid, value, f = sampler.place(params, aux, status, g)
+    # The K-loop: from words[2] for attempts entering it; one index for FRACTION slots.
+    settled, accepted, k_fraction, j, tie, fraction_ok = _fraction_fast(params, f, words[2])
+    in_fraction = phase == FRACTION
+    fresh_c = ~c_known & (j_old <= 0) & (k >= -j_old)
+    c_one = c_known | jnp.where(j_old > 0, k < j_old, jnp.where(fresh_c, inverse_one, True))
+    ready = in_fraction & (~fresh_c | inverse_ok)
+    current = type(f).recall(f, depth, r.stored, params)
+    top, rest = current.digit(8, params)
+    b_one, b_zero, b_tie = _versus(words[1] & 0xFF, top, rest.is_zero())
+    loop_end = ready & (~c_one | b_zero)
+    advance = ready & c_one & b_one
+    tied = ready & c_one & b_tie
+    entering = placed & valid & ~(settled & fraction_ok)
+    tie = jnp.where(fraction_ok, tie, 0)
+    new_depth = jnp.where(entering, jnp.where(tie == 2, 8, jnp.where(tie == 1, 7, 0)), depth)
+    new_depth = jnp.where(tied, jnp.minimum(depth + 8, 127), jnp.where(advance, 0, new_depth))
+    stored = type(f).store(f, new_depth, (entering, tied, advance), rest, r.stored, params)
+    ended = (placed & (~valid | (settled & fraction_ok))) | loop_end
+    accepted = (placed & valid & settled & fraction_ok & accepted) | (loop_end & ((k & 1) == 1))
+    new_phase = jnp.where(walking | (phase == LEVEL), LEVEL, phase)
+    new_phase = jnp.where(entering, FRACTION, jnp.where(ended, FRESH, new_phase))
+    new_k = jnp.where(
+        entering,
+        jnp.where(fraction_ok, k_fraction, 1),
+        jnp.where(advance, k + 1, jnp.where(in_fraction, k, k_level)),
     )
+    new_c = jnp.where(entering, True, jnp.where(ready, tied, c_known))
+    new_j = jnp.where(entering, jnp.where(fraction_ok, j, -2), j_old)
+    state = _pack(new_phase, new_c, new_j, ended, accepted, new_depth, new_k)
+    return _Slot(state=state, g=g, aux=aux, value=jnp.where(placed, value, r.value), stored=stored)
+
+
+def _slots(size: int, aux: tuple, stored: tuple) -> _Slot:
+    return _Slot(
+        state=jnp.full(size, FRESH | 2 << 16, jnp.int32),
+        g=jnp.zeros(size, jnp.int32),
+        aux=aux,
+        value=jnp.zeros(size, jnp.int32),
+        stored=stored,
+    )
+
+
+def _pool(n: int) -> int:
+    """Slots for n outputs: each runs its own sequential sampler for about n / slots outputs;
+    more outputs per slot even out the slots' random run times (the loop runs until the last one
+    is done)."""
+    return n if n <= 256 else min(2**14, max(256, n // 32))
+
+
+@functools.partial(jax.jit, static_argnames=("sampler", "n"))
+def _rejection(sampler, params, key: Key, n: int) -> Array:
+    """n i.i.d. int32 draws from the sampler's target: `size` slots, slot i filling outputs
+    i, i + size, i + 2 size, ... in the order its attempts are accepted."""
+    size = _pool(n)
+    slot = lax.iota(jnp.int32, size)
+
+    def body(carry):
+        counter, slots, count, out = carry
+        # Commit the attempts that ended at the last step, then step.
+        accepted = (slots.state & 0x100) != 0
+        out = out.at[jnp.where(accepted, count * size + slot, n)].set(slots.value, mode="drop")
+        count = count + accepted
+        state = jnp.where(count * size + slot >= n, IDLE, slots.state & ~0x180)
+        slots = _step(sampler, params, slots._replace(state=state), _draw(key, counter, 3, size))
+        return counter + 1, slots, count, out
+
+    def running(carry):
+        return jnp.any((carry[1].state & 0x183) != IDLE)
+
+    slots = _slots(size, sampler.empty_aux(size), sampler.stored(size))
+    start = (jnp.uint32(0), slots, jnp.zeros(size, jnp.int32), jnp.zeros(n, jnp.int32))
+    return lax.while_loop(running, body, start)[3]
+
+
+# --- samplers ---------------------------------------------------------------------------------------
+
+
+def _stored(size: int, dyadic: bool) -> tuple:
+    return () if dyadic else (jnp.zeros(size, jnp.uint32),)
+
+
+def _fraction_of(numerator: Array, params, dyadic: bool):
+    """numerator / D as a fraction: D = params.denominator, 2^(32 - params.shift) if dyadic."""
+    if dyadic:
+        return _Dyadic(numerator << params.shift, jnp.zeros_like(numerator))
+    return _Rational(numerator)
+
+
+class _GaussianParams(NamedTuple):
+    m: Array  # uint32
+    s: Array  # uint32
+    starts: Array  # int32 (2^14,): level starts a_g
+    window: Array  # uint32: the point's uniform bound
+    threshold: Array  # uint32: Lemire threshold for `window`
+
+
+@dataclasses.dataclass(frozen=True)
+class _Gaussian:
+    """P(y) ~ exp(-E(y)), E(y) = m y^2 / 2^s, by level sets.
+
+    Level g = {y : floor(E(y)) = g}; its nonnegative part starts at a_g. A point z uniform below
+    the window W = max(2 a_1 - 1, 2 (a_2 - a_1 + 1)) picks y = z - (a_1 - 1) in level 0 and
+    y = +-(a_g + z // 2) (sign z mod 2) in a level g >= 1; y is kept if E(y) < g + 1. Every y of
+    level g has exactly one z (widths of levels >= 1 are at most a_2 - a_1 + 1).
+    """
+
+    def empty_aux(self, size: int) -> tuple:
+        return (jnp.zeros(size, jnp.uint32),)
+
+    def stored(self, size: int) -> tuple:
+        return ()
+
+    def propose(self, p: _GaussianParams, words: Array, aux: tuple) -> tuple[tuple, Array]:
+        z, ok = _below(words, p.window, p.threshold)
+        return (z,), ok
+
+    def reached(self, p: _GaussianParams, aux: tuple, g: Array) -> Array:
+        return g >= _LEVELS
+
+    def place(self, p: _GaussianParams, aux: tuple, status: Array, g: Array):
+        """(valid, y, f = E(y) - g) for level g; invalid if the walk reached 2^14 or y is not in
+        level g."""
+        z = aux[0].astype(jnp.int32)
+        first = p.starts[1]
+        level0 = g == 0
+        start = p.starts[jnp.clip(g, 0, _LEVELS - 1)]
+        magnitude = jnp.where(level0, jnp.abs(z - (first - 1)), start + (z >> 1))
+        negative = jnp.where(level0, z < first - 1, (z & 1) == 1)
+        inside = jnp.where(level0, z < 2 * first - 1, magnitude < 2**25) & (status == _FAILED)
+        y = jnp.minimum(magnitude, 2**25 - 1).astype(jnp.uint32)
+        high, low = _mul_wide(y, y)
+        carry, low = _mul_wide(low, p.m)
+        exponent = (high * p.m + carry, low)  # m y^2 < 2^62
+        level = g.astype(jnp.uint32)
+        zero = jnp.zeros_like(level)
+        inside = inside & _less(exponent, _shift_left((zero, level + 1), p.s))
+        fraction = _shift_left(_subtract(exponent, _shift_left((zero, level), p.s)), 64 - p.s)
+        return inside, jnp.where(negative, -magnitude, magnitude), _Dyadic(*fraction)
+
+
+class _LaplaceParams(NamedTuple):
+    denominator: Array  # uint32 t: P(X) ~ exp(-X / t)
+    shift: Array  # uint32 32 - log2(t) when t is a power of two
+    window: Array  # uint32 2 t
+    threshold: Array
+    last_level: Array  # int32 LAPLACE_CAP // t
+    magic: tuple  # division by s
+
+
+@dataclasses.dataclass(frozen=True)
+class _Laplace:
+    """Lap_Z(t / s) (CKS20 Algorithm 2): X >= 0 with P(X) ~ exp(-X / t) by level sets (level g =
+    [g t, (g + 1) t), all of width t: X = g t + u, u uniform below t, f = u / t), a sign, and
+    y = +-floor(X / s), rejecting -0. X > LAPLACE_CAP is rejected. `dyadic`: t is a power of two."""
+
+    dyadic: bool
+
+    def empty_aux(self, size: int) -> tuple:
+        return (jnp.zeros(size, jnp.uint32),)
+
+    def stored(self, size: int) -> tuple:
+        return _stored(size, self.dyadic)
+
+    def propose(self, p: _LaplaceParams, words: Array, aux: tuple) -> tuple[tuple, Array]:
+        v, ok = _below(words, p.window, p.threshold)
+        return (v,), ok
+
+    def reached(self, p: _LaplaceParams, aux: tuple, g: Array) -> Array:
+        return g > p.last_level
+
+    def place(self, p: _LaplaceParams, aux: tuple, status: Array, g: Array):
+        u, negative = aux[0] >> 1, aux[0] & 1
+        x = jnp.minimum(g, p.last_level) * p.denominator.astype(jnp.int32) + u.astype(jnp.int32)
+        magnitude = _divide(x.astype(jnp.uint32), p.magic).astype(jnp.int32)
+        valid = (status == _FAILED) & (x <= LAPLACE_CAP) & ((negative == 0) | (magnitude > 0))
+        return valid, jnp.where(negative == 1, -magnitude, magnitude), _fraction_of(u, p, self.dyadic)
+
+
+class _ExponentParams(NamedTuple):
+    denominator: Array  # uint32 D: gamma = N / D
+    shift: Array  # uint32 32 - log2(D) when D is a power of two
+
+
+@dataclasses.dataclass(frozen=True)
+class _Exponent:
+    """Bernoulli(exp(-gamma)), gamma = N / D (N two words, the last two entries of aux): the whole
+    part floor(gamma) by Bernoulli(exp(-1)) trials that must all succeed (`reached(g)`: g >=
+    floor(gamma), i.e. (g + 1) D > N), then the fraction (N - g D) / D. `dyadic`: D is a power
+    of two."""
+
+    dyadic: bool
+
+    def stored(self, size: int) -> tuple:
+        return _stored(size, self.dyadic)
+
+    def propose(self, p, words: Array, aux: tuple) -> tuple[tuple, Array]:
+        return aux, jnp.ones(words.shape, bool)
+
+    def reached(self, p, aux: tuple, g: Array) -> Array:
+        return _less((aux[-2], aux[-1]), _mul_wide(g.astype(jnp.uint32) + 1, p.denominator))
+
+    def place(self, p, aux: tuple, status: Array, g: Array):
+        _, rest = _subtract((aux[-2], aux[-1]), _mul_wide(g.astype(jnp.uint32), p.denominator))
+        return status == _REACHED, jnp.zeros_like(g), _fraction_of(rest, p, self.dyadic)
+
+
+class _ChoiceParams(NamedTuple):
+    denominator: Array  # uint32: the rate's denominator D
+    shift: Array  # uint32 32 - log2(D) when D is a power of two
+    numerator: Array  # uint32: the rate's numerator
+    gaps: Array  # (n,) uint32
+    eligible: Array  # (n,) bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Choice(_Exponent):
+    """A proposal i uniform below n, kept if eligible, accepted with Bernoulli(exp(-rate gap_i));
+    aux = (i, gap_i * rate numerator as two words)."""
+
+    def propose(self, p: _ChoiceParams, words: Array, aux: tuple) -> tuple[tuple, Array]:
+        n = p.gaps.shape[0]
+        index, ok = _below(words, n, _lemire_threshold(n))
+        high, low = _mul_wide(p.gaps[index], jnp.broadcast_to(p.numerator, words.shape))
+        return (index, high, low), ok & p.eligible[index]
+
+
+def _denominator(value) -> tuple[Array, Array, bool]:
+    """(D, 32 - log2 D, dyadic) for a denominator: dyadic (the faster fraction type) when it is a
+    Python int power of two, else D is any integer in [1, 2^32)."""
+    if isinstance(value, int) and value & (value - 1) == 0 and 1 <= value < _WORD:
+        return _u32(value), _u32(32 - (value.bit_length() - 1)), True
+    return _u32(value), _u32(0), False
 
 
 # --- public samplers --------------------------------------------------------------------------------
 
 
-LAPLACE_CAP = 2**30
-
-
 def discrete_gaussian(key: Key, shape: tuple[int, ...], lattice: GaussianLattice) -> Array:
-    """int32 draws from the discrete Gaussian N_Z(0, lattice.variance), i.i.d. over `shape`
-    (CKS20 Algorithm 3 with a Lap_Z(t) proposal), truncated at |y| <= lattice.cap."""
-    params = _params(t=lattice.t, cap=lattice.cap, k=lattice.k, c=lattice.c, denominator=lattice.denominator)
-    return _run(_consume(key), params, _fresh(shape), gaussian=True, reject_ends=False).value
+    """int32 draws from the discrete Gaussian N_Z(0, lattice.variance), i.i.d. over `shape`,
+    conditioned on |y| <= lattice.cap (level sets of E(y) = y^2 / (2 V), module docstring)."""
+    starts = lattice.level_starts()
+    window = max(2 * int(starts[1]) - 1, 2 * int(starts[2] - starts[1] + 1))
+    params = _GaussianParams(
+        m=_u32(lattice.m),
+        s=_u32(lattice.s),
+        starts=jnp.asarray(starts, jnp.int32),
+        window=_u32(window),
+        threshold=_u32(_lemire_threshold(window)),
+    )
+    return _rejection(_Gaussian(), params, _consume(key), math.prod(shape)).reshape(shape)
 
 
 def discrete_laplace(key: Key, shape: tuple[int, ...], t: int, s: int) -> Array:
     """int32 draws from Lap_Z(t / s): P(y) proportional to exp(-|y| s / t) (CKS20 Algorithm 2),
     truncated at |y| <= 2^30 / s (the mass beyond is below exp(-2^30 / t) < exp(-60))."""
-    params = _params(t=t, cap=LAPLACE_CAP, divide=s)
-    return _run(_consume(key), params, _fresh(shape), gaussian=False, reject_ends=False).value
+    if not (isinstance(t, int) and isinstance(s, int) and 1 <= t < 2**24 and 1 <= s < _WORD):
+        raise ValueError(f"discrete Laplace needs integers 1 <= t < 2^24 and s >= 1, got {t!r}, {s!r}")
+    denominator, shift, dyadic = _denominator(t)
+    params = _LaplaceParams(
+        denominator=denominator,
+        shift=shift,
+        window=_u32(2 * t),
+        threshold=_u32(_lemire_threshold(2 * t)),
+        last_level=jnp.int32(LAPLACE_CAP // t),
+        magic=tuple(_u32(v) for v in _division_magic(s)),
+    )
+    return _rejection(_Laplace(dyadic), params, _consume(key), math.prod(shape)).reshape(shape)
 
 
 def bernoulli_exp(key: Key, high: Array, low: Array, denominator) -> Array:
@@ -484,12 +768,31 @@ def bernoulli_exp(key: Key, high: Array, low: Array, denominator) -> Array:
         high, low: uint32 arrays, the numerator's words.
         denominator: in [1, 2^32): a Python int or a uint32 scalar array.
     """
-    high, low = high.astype(jnp.uint32), low.astype(jnp.uint32)
-    denominator = jnp.asarray(denominator, jnp.uint32)
-    phase = jnp.where(_at_least(high, low, denominator), WHOLE, FRACTION).astype(jnp.int32)
-    registers = _fresh(high.shape)._replace(phase=phase, high=high, low=low)
-    params = _params()._replace(denominator=denominator)
-    return _run(_consume(key), params, registers, gaussian=False, reject_ends=True).value == 1
+    high, low = jnp.asarray(high, jnp.uint32), jnp.asarray(low, jnp.uint32)
+    denominator, shift, dyadic = _denominator(denominator)
+    params = _ExponentParams(denominator=denominator, shift=shift)
+    return _bernoulli(_Exponent(dyadic), params, _consume(key), high.ravel(), low.ravel()).reshape(high.shape)
+
+
+def _commit(slots: _Slot) -> tuple[_Slot, Array, Array]:
+    """(slots, ended, accepted): the attempts that ended at the last step, their slots IDLE."""
+    ended, accepted = (slots.state & 0x80) != 0, (slots.state & 0x100) != 0
+    return slots._replace(state=jnp.where(ended, IDLE, slots.state)), ended, accepted
+
+
+@functools.partial(jax.jit, static_argnames="sampler")
+def _bernoulli(sampler: _Exponent, params: _ExponentParams, key: Key, high: Array, low: Array) -> Array:
+    """One slot per entry, each running one attempt (the attempt is the draw: no rejection)."""
+    n = high.shape[0]
+
+    def body(carry):
+        counter, slots, result = carry
+        slots, ended, accepted = _commit(slots)
+        slots = _step(sampler, params, slots, _draw(key, counter, 3, n))
+        return counter + 1, slots, jnp.where(ended, accepted, result)
+
+    start = (jnp.uint32(0), _slots(n, (high, low), sampler.stored(n)), jnp.zeros(n, bool))
+    return lax.while_loop(lambda c: jnp.any(c[1].state != IDLE), body, start)[2]
 
 
 def exponential_choice(key: Key, gaps: Array, eligible: Array, rate_numerator, rate_denominator) -> Array:
@@ -497,36 +800,43 @@ def exponential_choice(key: Key, gaps: Array, eligible: Array, rate_numerator, r
 
     gaps: (n,) uint32, >= 0 (a candidate's distance below the best, in grid steps); rate =
     rate_numerator / rate_denominator (integers below 2^32: Python ints or uint32 scalars).
-    Rejection from the uniform proposal: each round draws n proposals and returns the first
-    accepted one. With an eligible candidate at gap 0, a round accepts with probability at least
-    1 - (1 - 1/n)^n >= 0.63.
+    Rejection from the uniform proposal in rounds of up to 4096 attempts (i uniform, kept if
+    eligible, accepted with Bernoulli(exp(-rate gap_i))): the first accepted attempt of a round,
+    in attempt order, is returned. With an eligible candidate at gap 0 an attempt is accepted with
+    probability at least 1 / n.
 
     Returns:
         int32 scalar index.
     """
-    rate = (jnp.asarray(rate_numerator, jnp.uint32), jnp.asarray(rate_denominator, jnp.uint32))
-    return _exponential_choice(_consume(key), gaps.astype(jnp.uint32), jnp.asarray(eligible, bool), *rate)
+    denominator, shift, dyadic = _denominator(rate_denominator)
+    params = _ChoiceParams(
+        denominator=denominator,
+        shift=shift,
+        numerator=_u32(rate_numerator),
+        gaps=gaps.astype(jnp.uint32),
+        eligible=jnp.asarray(eligible, bool),
+    )
+    return _exponential_choice(_Choice(dyadic), params, _consume(key))
 
 
-@jax.jit
-def _exponential_choice(
-    key: Key, gaps: Array, eligible: Array, numerator: Array, denominator: Array
-) -> Array:
-    n = gaps.shape[0]
-
-    def trial(k):
-        index, ok = _below(_words(jax.random.fold_in(k, 0), (n,)), n)
-        index = index.astype(jnp.int32)
-        candidate = ok & eligible[index]
-        high, low = _mul_wide(gaps[index], jnp.broadcast_to(numerator, (n,)))
-        keep = candidate & bernoulli_exp(jax.random.fold_in(k, 1), high, low, denominator)
-        first, found = _first_true(keep)
-        return index[jnp.minimum(first, n - 1)], found
-
-    choice, found = trial(jax.random.fold_in(key, 0))
+@functools.partial(jax.jit, static_argnames="sampler")
+def _exponential_choice(sampler: _Choice, params: _ChoiceParams, key: Key) -> Array:
+    """Rounds of `size` attempts, one per slot; the round's answer is known once the first attempt
+    (in slot order) that is not rejected is accepted."""
+    size = min(4096, max(16, params.gaps.shape[0]))
+    zeros = jnp.zeros(size, jnp.uint32)
 
     def body(carry):
-        i, _, _ = carry
-        return (i + 1, *trial(jax.random.fold_in(key, i)))
+        counter, slots, result, _, _ = carry
+        slots, ended, accepted = _commit(slots)
+        result = jnp.where(ended, accepted.astype(jnp.int32), result)  # -1 running, 0 rejected, 1 accepted
+        first = jnp.argmax(result != 0)
+        done, choice = result[first] == 1, slots.aux[0][first].astype(jnp.int32)
+        restart = jnp.all(result == 0)
+        slots = slots._replace(state=jnp.where(restart, _slots(size, (), ()).state, slots.state))
+        slots = _step(sampler, params, slots, _draw(key, counter, 3, size))
+        return counter + 1, slots, jnp.where(restart, -1, result), done, choice
 
-    return jax.lax.while_loop(lambda c: ~c[2], body, (1, choice, found))[1]
+    slots = _slots(size, (zeros, zeros, zeros), sampler.stored(size))
+    start = (jnp.uint32(0), slots, jnp.full(size, -1), False, jnp.int32(0))
+    return lax.while_loop(lambda c: ~c[3], body, start)[4]
