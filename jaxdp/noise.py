@@ -335,12 +335,14 @@ def discrete_top_k(
     numerator, denominator = _selection_rate(scale, sensitivity)
     eligible = jnp.ones(x.shape, bool) if mask is None else jnp.asarray(mask, bool)
 
-    def pick(eligible, sub):
+    base = jax.random.split(key, 1)[0]  # uses `key` once; pick i consumes fold_in(base, i)
+
+    def pick(eligible, i):
         gaps, ok = _quantised_gaps(x, sensitivity, eligible)
-        choice = samplers.exponential_choice(sub, gaps, ok, numerator, denominator)
+        choice = samplers.exponential_choice(jax.random.fold_in(base, i), gaps, ok, numerator, denominator)
         return eligible.at[choice].set(False), choice
 
-    _, chosen = jax.lax.scan(pick, eligible, jax.random.split(key, k))
+    _, chosen = jax.lax.scan(pick, eligible, jnp.arange(k))
     return chosen.astype(jnp.int32), _charge("discrete_top_k", sensitivity, scale, k)
 
 

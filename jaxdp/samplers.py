@@ -179,11 +179,13 @@ def _division_magic(divisor: int) -> tuple[int, int, int]:
 # --- words and integer arithmetic -------------------------------------------------------------------
 
 
-def _consume(key: Key) -> Key:
-    """The key the sampler derives its words from, by `split`, which jax's key-reuse checker
-    counts as a use of `key`: a caller that hands one key to two samplers is caught, as with
-    `jax.random`'s own samplers."""
-    return jax.random.split(key, 1)[0]
+def _consume(key: Key) -> Array:
+    """The source of a sampler's words: `key` split once (jax's key-reuse checker counts the split
+    as a use of `key`, so a caller that hands one key to two samplers is caught, as with
+    `jax.random`'s own samplers), as its raw threefry key data (or, for other key types, the
+    split key itself)."""
+    key = jax.random.split(key, 1)[0]
+    return jax.random.key_data(key) if str(jax.random.key_impl(key)) == "threefry2x32" else key
 
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -203,18 +205,18 @@ def _threefry(key: Array, x0: Array, x1: Array) -> tuple[Array, Array]:
     return x0, x1
 
 
-def _draw(key: Key, counter: Array, rows: int, width: int) -> Array:
-    """(rows, width) uniform uint32 words: block `counter` of `key`'s stream.
+def _draw(source: Array, counter: Array, rows: int, width: int) -> Array:
+    """(rows, width) uniform uint32 words: block `counter` of the stream from `_consume`.
 
     Every draw of a sampler call uses a new block (a counter carried through its loop). For
     threefry keys, word i of block c is one half of threefry2x32(key; (i, c)) (both halves are
     used; `jax.random.bits` keeps their xor); other key types use jax.random.bits(fold_in(key, c)).
     """
+    if jax.dtypes.issubdtype(source.dtype, jax.dtypes.prng_key):
+        return jax.random.bits(jax.random.fold_in(source, counter), (rows, width), jnp.uint32)
     n = rows * width
-    if str(jax.random.key_impl(key)) != "threefry2x32":
-        return jax.random.bits(jax.random.fold_in(key, counter), (rows, width), jnp.uint32)
     half = (n + 1) // 2
-    x0, x1 = _threefry(jax.random.key_data(key), lax.iota(jnp.uint32, half), jnp.full(half, counter, jnp.uint32))
+    x0, x1 = _threefry(source, lax.iota(jnp.uint32, half), jnp.full(half, counter, jnp.uint32))
     return jnp.concatenate([x0, x1])[:n].reshape(rows, width)
 
 
@@ -542,7 +544,7 @@ def _pool(n: int) -> int:
 
 
 @functools.partial(jax.jit, static_argnames=("sampler", "n"))
-def _rejection(sampler, params, key: Key, n: int) -> Array:
+def _rejection(sampler, params, source: Array, n: int) -> Array:
     """n i.i.d. int32 draws from the sampler's target: `size` slots, slot i filling outputs
     i, i + size, i + 2 size, ... in the order its attempts are accepted."""
     size = _pool(n)
@@ -555,7 +557,7 @@ def _rejection(sampler, params, key: Key, n: int) -> Array:
         out = out.at[jnp.where(accepted, count * size + slot, n)].set(slots.value, mode="drop")
         count = count + accepted
         state = jnp.where(count * size + slot >= n, IDLE, slots.state & ~0x180)
-        slots = _step(sampler, params, slots._replace(state=state), _draw(key, counter, 3, size))
+        slots = _step(sampler, params, slots._replace(state=state), _draw(source, counter, 3, size))
         return counter + 1, slots, count, out
 
     def running(carry):
@@ -781,14 +783,14 @@ def _commit(slots: _Slot) -> tuple[_Slot, Array, Array]:
 
 
 @functools.partial(jax.jit, static_argnames="sampler")
-def _bernoulli(sampler: _Exponent, params: _ExponentParams, key: Key, high: Array, low: Array) -> Array:
+def _bernoulli(sampler: _Exponent, params: _ExponentParams, source: Array, high: Array, low: Array) -> Array:
     """One slot per entry, each running one attempt (the attempt is the draw: no rejection)."""
     n = high.shape[0]
 
     def body(carry):
         counter, slots, result = carry
         slots, ended, accepted = _commit(slots)
-        slots = _step(sampler, params, slots, _draw(key, counter, 3, n))
+        slots = _step(sampler, params, slots, _draw(source, counter, 3, n))
         return counter + 1, slots, jnp.where(ended, accepted, result)
 
     start = (jnp.uint32(0), _slots(n, (high, low), sampler.stored(n)), jnp.zeros(n, bool))
@@ -820,7 +822,7 @@ def exponential_choice(key: Key, gaps: Array, eligible: Array, rate_numerator, r
 
 
 @functools.partial(jax.jit, static_argnames="sampler")
-def _exponential_choice(sampler: _Choice, params: _ChoiceParams, key: Key) -> Array:
+def _exponential_choice(sampler: _Choice, params: _ChoiceParams, source: Array) -> Array:
     """Rounds of `size` attempts, one per slot; the round's answer is known once the first attempt
     (in slot order) that is not rejected is accepted."""
     size = min(4096, max(16, params.gaps.shape[0]))
@@ -834,7 +836,7 @@ def _exponential_choice(sampler: _Choice, params: _ChoiceParams, key: Key) -> Ar
         done, choice = result[first] == 1, slots.aux[0][first].astype(jnp.int32)
         restart = jnp.all(result == 0)
         slots = slots._replace(state=jnp.where(restart, _slots(size, (), ()).state, slots.state))
-        slots = _step(sampler, params, slots, _draw(key, counter, 3, size))
+        slots = _step(sampler, params, slots, _draw(source, counter, 3, size))
         return counter + 1, slots, jnp.where(restart, -1, result), done, choice
 
     slots = _slots(size, (zeros, zeros, zeros), sampler.stored(size))
