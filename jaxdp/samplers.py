@@ -1,45 +1,54 @@
 """Exact samplers on the integers, in JAX: no floating point decides any outcome.
 
-Canonne, Kamath & Steinke (2020, "The Discrete Gaussian for Differential Privacy", CKS20) sample
-Bernoulli(exp(-gamma)) for rational gamma with integer comparisons of uniform random integers
-(their Algorithm 1: K = the first k with A_k = 0, A_k ~ Bernoulli(gamma / k), is odd with
-probability exp(-gamma) for gamma <= 1). Every sampler here is built from that loop, vectorised
-over arrays inside jit and vmap, with fixed shapes:
+Canonne, Kamath & Steinke (2020, "The Discrete Gaussian for Differential Privacy", CKS20) draw
+Bernoulli(exp(-gamma)) for a rational gamma <= 1 with integer comparisons only (their
+Algorithm 1: K = the first k with A_k = 0, A_k ~ Bernoulli(gamma / k), is odd with probability
+exp(-gamma)). Every sampler here is built from that loop, vectorised over arrays inside jit and
+vmap with fixed shapes:
 
-- **Level sets.** A law P(x) ~ exp(-E(x)) (E = x^2 / (2 V) for the discrete Gaussian, X / t for
-  the discrete Laplace) is drawn by rejection: a level G ~ Geometric (P(G = g) ~ exp(-g)), a
-  point x uniform in a window of the level {x : floor(E(x)) = G} (the window is as wide as the
-  widest level, so P(x) ~ exp(-G)), then acceptance with Bernoulli(exp(-(E(x) - G))), a fraction
-  below 1. The product is exp(-E(x)): accepted draws follow P exactly. The Gaussian accepts about
-  53% of attempts (sigma >= 2), the Laplace 63%.
-- **Bernoulli(exp(-1)) trials** (the geometric level, and whole parts of exponents) come four to a
-  32-bit word: a digit uniform below 5! = 120 settles the K of one trial whenever K <= 5 (its
-  probabilities are (K - 1) / K!: 60, 40, 15, 4 in 120ths; 1 in 120 continues the loop).
-- **Bernoulli(f) for the fraction f** compares digits of a uniform with digits of f: one byte
-  settles it unless the byte equals f's byte, and then the next byte decides (f is a dyadic
-  rational for the Gaussian, a rational a / D otherwise: its digits are exact integers).
-- **Attempts in bulk.** Each attempt reads three words: the uniform point, four trial digits, and
-  the fraction loop's Bernoulli(1/k) digit (for k <= 4) with three digit comparisons. About 96%
-  of attempts are settled by them; the others (a geometric level of 4 or more, a loop past k = 4,
-  a tied digit) continue *exactly where they stopped*, one step per iteration with fresh words, in
-  a buffer of the unsettled attempts. Accepted attempts fill the outputs in attempt order, so
-  the outputs are i.i.d. draws from the target (attempts are i.i.d.; which attempts are accepted
-  does not depend on the outputs they fill).
-- **Uniform integers** below a bound b are Lemire's multiply-high of a word, rejecting the 2^32
-  mod b words with the smallest low halves (exactly uniform); a word outside a rejection
-  threshold rejects its attempt, an event independent of everything else in the attempt. Words
-  come from jax.random's threefry2x32, both halves of each block.
+- **Level sets.** A law P(x) ~ exp(-E(x)) (E(y) = y^2 / (2 V) for the discrete Gaussian, X / t
+  for the discrete Laplace's X) is drawn by rejection: a level G with P(G = g) ~ exp(-g)
+  (Bernoulli(exp(-1)) trials counted until the first failure), a point x uniform in a window of
+  the level {x : floor(E(x)) = G} (the same window for every level, as wide as the widest one,
+  x rejected when it falls outside the level), then acceptance with Bernoulli(exp(-f)) for the
+  fraction f = E(x) - G < 1 (CKS20's loop). exp(-G) exp(-f) = exp(-E(x)): accepted points follow
+  P exactly. The exponential mechanism proposes a candidate i uniformly and accepts it with
+  Bernoulli(exp(-E_i)): trials for the whole part of E_i (all must succeed), the loop for the
+  fraction.
+- **Trials four to a word.** A base-120 digit settles the K of a Bernoulli(exp(-1)) trial when
+  K <= 5 (P(K = k) = (k - 1) / k!: 60, 40, 15, 4 in 120; the 120th value continues the trial at
+  k = 6), so one 32-bit word holds four trials.
+- **Bernoulli(f) digit by digit.** U < f is decided by comparing a byte of U with the same byte of
+  f (exact integers: f is a dyadic rational, or a / D with an integer D): unequal bytes decide;
+  equal bytes (probability 2^-8) pass to the next byte of both.
+- **Uniform integers** below b: Lemire's multiply-high of a 32-bit word, rejecting the
+  2^32 mod b words with the smallest low halves, exactly uniform; digits of words below a
+  multiple of their radices. A word outside its threshold is redrawn at the next step.
+- **Slots.** Each of `size` slots runs its own sequential rejection sampler. A step gives every
+  slot three fresh words: a fresh attempt reads its point, four trials and the fraction loop's
+  first indices (its J digit base 24 and three digit comparisons) and is settled within the step
+  about 90% of the time; otherwise the slot carries the attempt over and continues it exactly
+  where it stopped (one trial or one loop index per step). Slot i fills outputs i, i + size,
+  i + 2 size, ... with its accepted attempts in order and stops when its share is full (never in
+  the middle of an attempt): each slot's outputs are i.i.d. draws from P and slots are
+  independent, so all outputs are.
+- **Words** are jax.random's threefry2x32 (both halves of each block, `jax.random.bits` keeps
+  their xor), a new block of counters (i, step) per step, from the key split once.
 
 Nothing here touches private data: `jaxdp.noise` adds these draws to private values.
 
 Ranges (int32/uint32 arithmetic, no x64 needed): the discrete Gaussian takes sigma in
-[`SIGMA_MIN`, `SIGMA_MAX`]; its variance V = 2^s / (2 m) (`GaussianLattice`) is sigma^2 rounded
-up by a relative 2^-10 at most (never below it). Its levels stop at E(y) < 2^16, so the law drawn
-is the discrete Gaussian conditioned on |y| <= `GaussianLattice.cap` (about 362 sigma; the mass
-beyond is below exp(-65000)). The discrete Laplace keeps X <= 2^30 (below).
+[`SIGMA_MIN`, `SIGMA_MAX`]; its variance V = 2^s / (2 m) (`GaussianLattice`) is sigma^2 rounded up
+by a relative 2^-10 at most (never below it). Its levels stop at E(y) < 2^14, so the law drawn
+is the discrete Gaussian conditioned on |y| <= `GaussianLattice.cap` (about 181 sigma; the mass
+beyond is below exp(-16000)). The discrete Laplace keeps X <= 2^30 (`discrete_laplace`). A
+K-loop index is kept below 2^16: reaching it needs 2^16 - 2 successive Bernoulli(1/k) = 1,
+probability below 1 / 65534!.
 
-Expected cost (`bench/bench_noise.py` measures it): about 1.9 attempts per Gaussian draw and 1.6
-per Laplace draw, three 32-bit words each; about 4% of attempts take the slower exact path.
+Expected cost per draw (`bench/bench_noise.py` measures it): the discrete Gaussian takes about
+1.8 attempts and 2.0 slot steps (three words each) for sigma >= 2, up to 3.4 steps at sigma =
+0.3; the discrete Laplace about 1.9 steps for scale >= 1. The loop runs until the slowest slot
+is done, about 1.45 steps per step of work at 64 draws per slot.
 """
 
 from __future__ import annotations
@@ -54,7 +63,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.random import threefry_2x32
 
 from jaxdp.types import Array, Key
 
@@ -64,6 +72,7 @@ LAPLACE_CAP = 2**30
 _WORD = 2**32
 _PRECISION = 2**11  # m >= 2^11: V = 2^s / (2 m) is sigma^2 rounded up by a relative 2^-10 at most
 _LEVELS = 2**14  # the Gaussian's support: E(y) = m y^2 / 2^s < 2^14 (level starts on the host)
+_K_LIMIT = 2**16  # K-loop indices are kept below it (module docstring)
 
 
 # --- host-side parameters --------------------------------------------------------------------------
@@ -101,11 +110,15 @@ class GaussianLattice:
 @functools.lru_cache(maxsize=64)
 def _level_starts(m: int, s: int) -> np.ndarray:
     levels = np.arange(_LEVELS, dtype=np.int64)
-    threshold = -((-(levels << s)) // m)  # ceil(g 2^s / m) < 2^61
-    root = np.floor(np.sqrt(np.maximum(threshold - 1, 0).astype(np.float64))).astype(np.int64)
-    for _ in range(2):  # make root = isqrt(threshold - 1) exactly
-        root = np.where(root * root > threshold - 1, root - 1, root)
-        root = np.where((root + 1) * (root + 1) <= threshold - 1, root + 1, root)
+    threshold = -((-(levels << s)) // m)  # ceil(g 2^s / m) < 2^61: a_g^2 >= it
+    below = np.maximum(threshold - 1, 0)
+    root = np.floor(np.sqrt(below.astype(np.float64))).astype(np.int64)
+    while True:  # make root = isqrt(below) exactly (float64 is off by a few at most)
+        fixed = np.where(root * root > below, root - 1, root)
+        fixed = np.where((fixed + 1) * (fixed + 1) <= below, fixed + 1, fixed)
+        if np.array_equal(fixed, root):
+            break
+        root = fixed
     starts = np.where(threshold > 0, root + 1, 0)
     starts.setflags(write=False)
     return starts
@@ -248,7 +261,9 @@ def _shift_left(value: tuple[Array, Array], amount: Array) -> tuple[Array, Array
     amount = amount.astype(jnp.uint32)
     small = amount < 32
     carried = jnp.where(amount == 0, 0, low >> (32 - amount))  # shifts of 32 or more give 0
-    return jnp.where(small, (high << amount) | carried, low << (amount - 32)), jnp.where(small, low << amount, 0)
+    return jnp.where(small, (high << amount) | carried, low << (amount - 32)), jnp.where(
+        small, low << amount, 0
+    )
 
 
 def _below(words: Array, bound, threshold) -> tuple[Array, Array]:
@@ -445,19 +460,18 @@ class _Slot(NamedTuple):
     state: Array  # int32, see `_pack`
     g: Array  # int32: successes of the geometric walk (LEVEL), the level (FRACTION)
     aux: tuple  # the sampler's data (its point)
-    value: Array  # int32: the output of the attempt that ended at the last step
     stored: tuple  # FRACTION: what the fraction type keeps of the rest of f (`_Rational`)
 
 
-# The packed state: phase (bits 0-1); FRACTION: bit 2 set if Bernoulli(1/k) = 1 is known for the
-# current k, bits 3-6 j + 5 (j: the loop's J if > 0; if <= 0, Bernoulli(1/k) = 1 for k < -j and is
-# drawn beyond), bits 9-15 the digits of f already compared (ties) for the current k; bit 7 the
-# last step ended an attempt, bit 8 it was accepted; bits 16-30 k, the index in the current
-# K-loop (LEVEL: of the current trial, 2 = a new one). k < 2^15: reaching it takes 2^15 - 1
-# successive Bernoulli(1/k) = 1, probability below 1 / 32767!.
+# The packed state: phase (bits 0-1); bit 7: the last step ended an attempt, bit 8: accepted it;
+# bits 15-30: k, the index in the current K-loop (LEVEL: of the current trial, 2 = a new one).
+# FRACTION: bit 2 set if Bernoulli(1/k) = 1 is known for the current k; bits 3-6: j + 5 (j: the
+# loop's J if > 0; if <= 0, Bernoulli(1/k) = 1 for k < -j and is drawn beyond); bits 9-14: the bits
+# of f already compared for the current k (ties; under 64: a dyadic f of b bits never ties past
+# its b-th bit).
 def _pack(phase, c_known, j, ended, accepted, depth, k):
     flags = c_known.astype(jnp.int32) << 2 | ended.astype(jnp.int32) << 7 | accepted.astype(jnp.int32) << 8
-    return phase | flags | (j + 5) << 3 | depth << 9 | k << 16
+    return phase | flags | (j + 5) << 3 | depth << 9 | jnp.minimum(k, _K_LIMIT - 1) << 15
 
 
 def _step(sampler, params, r: _Slot, words: Array) -> _Slot:
@@ -473,7 +487,7 @@ def _step(sampler, params, r: _Slot, words: Array) -> _Slot:
     packed: XLA copies a computation into the loop of each array it feeds.
     """
     state = r.state
-    phase, k, depth = state & 3, state >> 16, (state >> 9) & 127
+    phase, k, depth = state & 3, state >> 15, (state >> 9) & 63
     c_known, j_old = (state & 4) == 4, ((state >> 3) & 15) - 5
     aux, ok = sampler.propose(params, words[0], r.aux)
     starting = (phase == FRESH) & ok
@@ -493,7 +507,7 @@ def _step(sampler, params, r: _Slot, words: Array) -> _Slot:
     k_level = jnp.where(trial, jnp.where(inverse_one, k + 1, 2), jnp.where(walking, 2, k))
     k_level = jnp.where(walk_ok & (walk == _PENDING_TRIAL), 6, k_level)
     placed = (walk_ok | trial) & (status < _PENDING_TRIAL)
-    valid, value, f = sampler.place(params, aux, status, g)
+    valid, f = sampler.place(params, aux, status, g)
     # The K-loop: from words[2] for attempts entering it; one index for FRACTION slots.
     settled, accepted, k_fraction, j, tie, fraction_ok = _fraction_fast(params, f, words[2])
     in_fraction = phase == FRACTION
@@ -509,7 +523,7 @@ def _step(sampler, params, r: _Slot, words: Array) -> _Slot:
     entering = placed & valid & ~(settled & fraction_ok)
     tie = jnp.where(fraction_ok, tie, 0)
     new_depth = jnp.where(entering, jnp.where(tie == 2, 8, jnp.where(tie == 1, 7, 0)), depth)
-    new_depth = jnp.where(tied, jnp.minimum(depth + 8, 127), jnp.where(advance, 0, new_depth))
+    new_depth = jnp.where(tied, jnp.minimum(depth + 8, 63), jnp.where(advance, 0, new_depth))
     stored = type(f).store(f, new_depth, (entering, tied, advance), rest, r.stored, params)
     ended = (placed & (~valid | (settled & fraction_ok))) | loop_end
     accepted = (placed & valid & settled & fraction_ok & accepted) | (loop_end & ((k & 1) == 1))
@@ -523,24 +537,22 @@ def _step(sampler, params, r: _Slot, words: Array) -> _Slot:
     new_c = jnp.where(entering, True, jnp.where(ready, tied, c_known))
     new_j = jnp.where(entering, jnp.where(fraction_ok, j, -2), j_old)
     state = _pack(new_phase, new_c, new_j, ended, accepted, new_depth, new_k)
-    return _Slot(state=state, g=g, aux=aux, value=jnp.where(placed, value, r.value), stored=stored)
+    return _Slot(state=state, g=g, aux=aux, stored=stored)
 
 
 def _slots(size: int, aux: tuple, stored: tuple) -> _Slot:
     return _Slot(
-        state=jnp.full(size, FRESH | 2 << 16, jnp.int32),
+        state=jnp.full(size, FRESH | 2 << 15, jnp.int32),
         g=jnp.zeros(size, jnp.int32),
         aux=aux,
-        value=jnp.zeros(size, jnp.int32),
         stored=stored,
     )
 
 
 def _pool(n: int) -> int:
-    """Slots for n outputs: each runs its own sequential sampler for about n / slots outputs;
-    more outputs per slot even out the slots' random run times (the loop runs until the last one
-    is done)."""
-    return n if n <= 256 else min(2**14, max(256, n // 32))
+    """Slots for n outputs: one per output up to 4096, then about 32 outputs per slot (more
+    outputs per slot even out the slots' random run times, fewer slots mean more steps)."""
+    return n if n <= 2**12 else min(2**16, max(2**12, n // 32))
 
 
 @functools.partial(jax.jit, static_argnames=("sampler", "n"))
@@ -551,21 +563,28 @@ def _rejection(sampler, params, source: Array, n: int) -> Array:
     slot = lax.iota(jnp.int32, size)
 
     def body(carry):
-        counter, slots, count, out = carry
+        counter, words, slots, count, out = carry
         # Commit the attempts that ended at the last step, then step.
         accepted = (slots.state & 0x100) != 0
-        out = out.at[jnp.where(accepted, count * size + slot, n)].set(slots.value, mode="drop")
+        value = sampler.value(params, slots.aux, slots.g)
+        out = out.at[jnp.where(accepted, count * size + slot, n)].set(value, mode="drop")
         count = count + accepted
         state = jnp.where(count * size + slot >= n, IDLE, slots.state & ~0x180)
-        slots = _step(sampler, params, slots._replace(state=state), _draw(source, counter, 3, size))
-        return counter + 1, slots, count, out
+        slots = _step(sampler, params, slots._replace(state=state), words)
+        return counter + 1, _draw(source, counter + 1, 3, size), slots, count, out
 
     def running(carry):
-        return jnp.any((carry[1].state & 0x183) != IDLE)
+        return jnp.any((carry[2].state & 0x183) != IDLE)
 
     slots = _slots(size, sampler.empty_aux(size), sampler.stored(size))
-    start = (jnp.uint32(0), slots, jnp.zeros(size, jnp.int32), jnp.zeros(n, jnp.int32))
-    return lax.while_loop(running, body, start)[3]
+    start = (
+        jnp.uint32(0),
+        _draw(source, jnp.uint32(0), 3, size),
+        slots,
+        jnp.zeros(size, jnp.int32),
+        jnp.zeros(n, jnp.int32),
+    )
+    return lax.while_loop(running, body, start)[4]
 
 
 # --- samplers ---------------------------------------------------------------------------------------
@@ -613,16 +632,26 @@ class _Gaussian:
     def reached(self, p: _GaussianParams, aux: tuple, g: Array) -> Array:
         return g >= _LEVELS
 
-    def place(self, p: _GaussianParams, aux: tuple, status: Array, g: Array):
-        """(valid, y, f = E(y) - g) for level g; invalid if the walk reached 2^14 or y is not in
-        level g."""
+    def _point(self, p: _GaussianParams, aux: tuple, g: Array) -> tuple[Array, Array, Array]:
+        """(|y|, y < 0, in the window's part of level g) of the point z in level g."""
         z = aux[0].astype(jnp.int32)
         first = p.starts[1]
         level0 = g == 0
-        start = p.starts[jnp.clip(g, 0, _LEVELS - 1)]
-        magnitude = jnp.where(level0, jnp.abs(z - (first - 1)), start + (z >> 1))
+        magnitude = jnp.where(
+            level0, jnp.abs(z - (first - 1)), p.starts[jnp.clip(g, 0, _LEVELS - 1)] + (z >> 1)
+        )
         negative = jnp.where(level0, z < first - 1, (z & 1) == 1)
-        inside = jnp.where(level0, z < 2 * first - 1, magnitude < 2**25) & (status == _FAILED)
+        return magnitude, negative, jnp.where(level0, z < 2 * first - 1, magnitude < 2**25)
+
+    def value(self, p: _GaussianParams, aux: tuple, g: Array) -> Array:
+        magnitude, negative, _ = self._point(p, aux, g)
+        return jnp.where(negative, -magnitude, magnitude)
+
+    def place(self, p: _GaussianParams, aux: tuple, status: Array, g: Array):
+        """(valid, f = E(y) - g) for level g; invalid if the walk reached 2^14 or y is not in
+        level g."""
+        magnitude, _, inside = self._point(p, aux, g)
+        inside = inside & (status == _FAILED)
         y = jnp.minimum(magnitude, 2**25 - 1).astype(jnp.uint32)
         high, low = _mul_wide(y, y)
         carry, low = _mul_wide(low, p.m)
@@ -631,7 +660,7 @@ class _Gaussian:
         zero = jnp.zeros_like(level)
         inside = inside & _less(exponent, _shift_left((zero, level + 1), p.s))
         fraction = _shift_left(_subtract(exponent, _shift_left((zero, level), p.s)), 64 - p.s)
-        return inside, jnp.where(negative, -magnitude, magnitude), _Dyadic(*fraction)
+        return inside, _Dyadic(*fraction)
 
 
 class _LaplaceParams(NamedTuple):
@@ -664,12 +693,20 @@ class _Laplace:
     def reached(self, p: _LaplaceParams, aux: tuple, g: Array) -> Array:
         return g > p.last_level
 
-    def place(self, p: _LaplaceParams, aux: tuple, status: Array, g: Array):
-        u, negative = aux[0] >> 1, aux[0] & 1
+    def _point(self, p: _LaplaceParams, aux: tuple, g: Array) -> tuple[Array, Array, Array]:
+        """(X, |y|, y < 0)."""
+        u, negative = aux[0] >> 1, (aux[0] & 1) == 1
         x = jnp.minimum(g, p.last_level) * p.denominator.astype(jnp.int32) + u.astype(jnp.int32)
-        magnitude = _divide(x.astype(jnp.uint32), p.magic).astype(jnp.int32)
-        valid = (status == _FAILED) & (x <= LAPLACE_CAP) & ((negative == 0) | (magnitude > 0))
-        return valid, jnp.where(negative == 1, -magnitude, magnitude), _fraction_of(u, p, self.dyadic)
+        return x, _divide(x.astype(jnp.uint32), p.magic).astype(jnp.int32), negative
+
+    def value(self, p: _LaplaceParams, aux: tuple, g: Array) -> Array:
+        _, magnitude, negative = self._point(p, aux, g)
+        return jnp.where(negative, -magnitude, magnitude)
+
+    def place(self, p: _LaplaceParams, aux: tuple, status: Array, g: Array):
+        x, magnitude, negative = self._point(p, aux, g)
+        valid = (status == _FAILED) & (x <= LAPLACE_CAP) & ~(negative & (magnitude == 0))
+        return valid, _fraction_of(aux[0] >> 1, p, self.dyadic)
 
 
 class _ExponentParams(NamedTuple):
@@ -697,7 +734,7 @@ class _Exponent:
 
     def place(self, p, aux: tuple, status: Array, g: Array):
         _, rest = _subtract((aux[-2], aux[-1]), _mul_wide(g.astype(jnp.uint32), p.denominator))
-        return status == _REACHED, jnp.zeros_like(g), _fraction_of(rest, p, self.dyadic)
+        return status == _REACHED, _fraction_of(rest, p, self.dyadic)
 
 
 class _ChoiceParams(NamedTuple):
@@ -788,13 +825,18 @@ def _bernoulli(sampler: _Exponent, params: _ExponentParams, source: Array, high:
     n = high.shape[0]
 
     def body(carry):
-        counter, slots, result = carry
+        counter, words, slots, result = carry
         slots, ended, accepted = _commit(slots)
-        slots = _step(sampler, params, slots, _draw(source, counter, 3, n))
-        return counter + 1, slots, jnp.where(ended, accepted, result)
+        slots = _step(sampler, params, slots, words)
+        return counter + 1, _draw(source, counter + 1, 3, n), slots, jnp.where(ended, accepted, result)
 
-    start = (jnp.uint32(0), _slots(n, (high, low), sampler.stored(n)), jnp.zeros(n, bool))
-    return lax.while_loop(lambda c: jnp.any(c[1].state != IDLE), body, start)[2]
+    start = (
+        jnp.uint32(0),
+        _draw(source, jnp.uint32(0), 3, n),
+        _slots(n, (high, low), sampler.stored(n)),
+        jnp.zeros(n, bool),
+    )
+    return lax.while_loop(lambda c: jnp.any(c[2].state != IDLE), body, start)[3]
 
 
 def exponential_choice(key: Key, gaps: Array, eligible: Array, rate_numerator, rate_denominator) -> Array:
@@ -829,16 +871,24 @@ def _exponential_choice(sampler: _Choice, params: _ChoiceParams, source: Array) 
     zeros = jnp.zeros(size, jnp.uint32)
 
     def body(carry):
-        counter, slots, result, _, _ = carry
+        counter, words, slots, result, _, _ = carry
         slots, ended, accepted = _commit(slots)
         result = jnp.where(ended, accepted.astype(jnp.int32), result)  # -1 running, 0 rejected, 1 accepted
         first = jnp.argmax(result != 0)
         done, choice = result[first] == 1, slots.aux[0][first].astype(jnp.int32)
         restart = jnp.all(result == 0)
         slots = slots._replace(state=jnp.where(restart, _slots(size, (), ()).state, slots.state))
-        slots = _step(sampler, params, slots, _draw(source, counter, 3, size))
-        return counter + 1, slots, jnp.where(restart, -1, result), done, choice
+        slots = _step(sampler, params, slots, words)
+        words = _draw(source, counter + 1, 3, size)
+        return counter + 1, words, slots, jnp.where(restart, -1, result), done, choice
 
     slots = _slots(size, (zeros, zeros, zeros), sampler.stored(size))
-    start = (jnp.uint32(0), slots, jnp.full(size, -1), False, jnp.int32(0))
-    return lax.while_loop(lambda c: ~c[3], body, start)[4]
+    start = (
+        jnp.uint32(0),
+        _draw(source, jnp.uint32(0), 3, size),
+        slots,
+        jnp.full(size, -1),
+        False,
+        jnp.int32(0),
+    )
+    return lax.while_loop(lambda c: ~c[4], body, start)[5]
