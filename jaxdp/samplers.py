@@ -277,15 +277,20 @@ def _below(words: Array, bound, threshold) -> tuple[Array, Array]:
     return high, low >= _u32(threshold)
 
 
+def _inverse_quotient(k: Array) -> Array:
+    """q = (2^32 - 2^10) / k in float32, rounded down: q >= 1 and k q < 2^32 for 1 <= k < 2^22 (a
+    float32 quotient is within a relative 2^-23 of the true one)."""
+    return (jnp.float32(2**32 - 2**10) / k.astype(jnp.float32)).astype(jnp.uint32)
+
+
 def _inverse(words: Array, k: Array) -> tuple[Array, Array]:
     """(accepted, Bernoulli(1/k)) from one word, exact where accepted; k >= 1 per entry.
 
-    With any q >= 1 such that k q <= 2^32, a word below k q is accepted and is 1 below q: q of the
-    k q accepted words, exactly 1/k whatever q is. q = (2^32 - 2^10) / k in float32 keeps k q
-    below 2^32 (a float32 quotient is within a relative 2^-23 of the true one).
+    For any q >= 1 with k q <= 2^32, a word below k q is accepted and is 1 below q: q of the k q
+    accepted words, exactly 1/k whatever q is (q = `_inverse_quotient(k)`).
     """
     k = jnp.maximum(k, 1).astype(jnp.uint32)
-    q = (jnp.float32(2**32 - 2**10) / k.astype(jnp.float32)).astype(jnp.uint32)
+    q = _inverse_quotient(k)
     return words < k * q, words < q
 
 
