@@ -12,16 +12,20 @@ has lost its teeth, not bad luck.
 The exact laws:
 - discrete Gaussian: P(y) proportional to exp(-y^2 / (2 V)) on the integers, V the rational
   `samplers.gaussian_lattice(sigma).variance` (summed in float64 over |y| <= 40 sqrt(V) + 10; the
-  mass beyond is below exp(-800)); the sampler truncates at |y| <= lattice.cap >= 32 sigma, a
-  total-variation change below exp(-500), invisible here.
+  mass beyond is below exp(-800)); the sampler truncates at |y| <= lattice.cap (y^2 / (2 V) <
+  2^14, about 181 sigma), a total-variation change below exp(-16000), invisible here.
 - discrete Laplace Lap_Z(t / s): P(y) proportional to exp(-|y| s / t).
 - Bernoulli(exp(-gamma)) for gamma = (high 2^32 + low) / denominator.
 - exponential choice: P(i) proportional to eligible_i exp(-rate gap_i).
 
-Samples are drawn in blocks of 4096 entries (the sampler's small-array path, which compiles in
-about 2 s) under one jit, plus one test of the large-array path (gather/scatter of stragglers).
-The chi-square cells pool consecutive integers until each has probability >= max(1/400, 50/N),
-so the tails are pooled and large sigma is binned.
+Samples are drawn in blocks of 4096 entries under one jit (one slot per output: each output is the
+first accepted attempt of its own sampler), plus one test with many outputs per slot (300,000
+draws, 32 per slot, in one call). The chi-square cells pool consecutive integers until each has
+probability >= max(1/400, 50/N), so the tails are pooled and large sigma is binned.
+
+The digit tables and digit comparisons of the sampler are also tested for power directly
+(`test_bernoulli_exp_has_power_against_off_by_one`), and `tests/test_samplers_unit.py` checks
+the sampler's steps against a scalar reference implementation word for word.
 """
 
 from __future__ import annotations
@@ -180,10 +184,10 @@ def test_discrete_gaussian_matches_its_exact_pmf(sigma):
     _check_law(samples, support, probs, controls)
 
 
-def test_discrete_gaussian_large_array_path():
-    """The large-array path (n > 4096: 16 full-width steps, then gathered stragglers) has the same
-    law: 300,000 draws in one call at sigma = 2 (and 0.7), chi-square against the exact pmf, with
-    the x0.8 / x1.25 controls rejected. False-failure rate: 2e-4."""
+def test_discrete_gaussian_many_draws_per_slot():
+    """With n > 4096 each slot fills about 32 outputs in turn: the same law, 300,000 draws in one
+    call at sigma = 2 (and 0.7), chi-square against the exact pmf, with the x0.8 / x1.25 controls
+    rejected. False-failure rate: 2e-4."""
     for sigma, seed in ((2.0, 2001), (0.7, 2002)):
         lattice = samplers.gaussian_lattice(sigma)
         samples = np.asarray(
@@ -298,6 +302,72 @@ def test_bernoulli_exp_matches_exp_minus_gamma(denominator):
             miss = stats.norm.cdf((abs(q - p) - z * sd_p) / sd_q * -1.0)
             assert miss < MAX_MISS, (numerator, q)
             assert stats.binomtest(int(k), n, q).pvalue < level
+
+
+N_POWER = 3 * 2**20
+
+
+@pytest.mark.parametrize("gamma", [Fraction(1), Fraction(1, 2), Fraction(3, 2)])
+def test_bernoulli_exp_has_power_against_off_by_one(gamma):
+    """bernoulli_exp at gamma = 1 (one Bernoulli(exp(-1)) trial from the base-120 digit table),
+    1/2 (the K-loop: the base-24 J digit and byte comparisons with f) and 3/2 (both), dyadic
+    denominator: 3,145,728 draws in one call, exact binomial test at ALPHA.
+
+    Power (computed, asserted): a probability off by 0.0035 (about 1% of exp(-1)) is rejected with
+    miss probability < 1e-12. An off-by-one in a comparison of the loop moves a probability by
+    2^-8 or more of the mass it acts on, and the J digit's table by f / 24 (0.02 at f = 1/2); a
+    trial's success/failure boundary moves exp(-1) by 1/120 = 0.0083. (Moving the continuation
+    value moves it by 0.0012 only: the tables are pinned exactly in test_samplers_unit.py.)
+    False-failure rate: 1e-4.
+    """
+    numerator = gamma * 2**20
+    assert numerator.denominator == 1
+    high = jnp.zeros(N_POWER, jnp.uint32)
+    low = jnp.full(N_POWER, int(numerator), jnp.uint32)
+    draws = np.asarray(
+        jax.jit(lambda key: samplers.bernoulli_exp(key, high, low, 2**20))(jax.random.key(4400))
+    )
+    k, p = int(draws.sum()), math.exp(-float(gamma))
+    assert stats.binomtest(k, N_POWER, p).pvalue > ALPHA
+    z = stats.norm.isf(ALPHA / 2)
+    for q in (p - 0.0035, p + 0.0035):
+        sd_p, sd_q = math.sqrt(p * (1 - p) / N_POWER), math.sqrt(q * (1 - q) / N_POWER)
+        assert stats.norm.cdf((z * sd_p - abs(q - p)) / sd_q) < MAX_MISS
+        assert stats.binomtest(k, N_POWER, q).pvalue < ALPHA
+
+
+def test_draws_are_deterministic_and_the_same_under_jit_and_vmap():
+    """Each sampler (Gaussian, Laplace with a dyadic and a rational t, Bernoulli(exp(-gamma)),
+    exponential choice) gives bit-identical draws for a fixed key eagerly, under jit, and for that
+    key in a vmapped batch: replay from the key is exact however the call is traced.
+    Deterministic."""
+
+    def keys():  # fresh key objects with the same data (a key is consumed by each call)
+        return jax.random.split(jax.random.key(4500), 3)
+
+    gaps = jnp.asarray(CHOICE_GAPS)
+    eligible = jnp.asarray(CHOICE_ELIGIBLE)
+    lattice = samplers.gaussian_lattice(3.0)
+    t, s = samplers.laplace_lattice(2.5)
+    high = jnp.zeros(500, jnp.uint32)
+    low = jnp.asarray(np.arange(500, dtype=np.uint32) * 977)
+    calls = [
+        lambda key: samplers.discrete_gaussian(key, (5000,), lattice),
+        lambda key: samplers.discrete_laplace(key, (700,), t, s),
+        lambda key: samplers.discrete_laplace(key, (700,), 3, 1),
+        lambda key: samplers.bernoulli_exp(key, high, low, 100_003),
+        lambda key: samplers.exponential_choice(key, gaps, eligible, 3000, 2**14),
+    ]
+    for call in calls:
+        eager = [np.asarray(call(key)) for key in keys()]
+        again = [np.asarray(call(key)) for key in keys()]
+        jitted = [np.asarray(jax.jit(call)(key)) for key in keys()]
+        batched = np.asarray(jax.jit(jax.vmap(call))(keys()))
+        for i in range(3):
+            np.testing.assert_array_equal(eager[i], again[i])
+            np.testing.assert_array_equal(eager[i], jitted[i])
+            np.testing.assert_array_equal(eager[i], batched[i])
+        assert not np.array_equal(eager[0], eager[1]) or eager[0].size == 1
 
 
 # --- exponential choice and the exact exponential mechanism ------------------------------------
