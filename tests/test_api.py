@@ -29,6 +29,7 @@ REPORT_KEYS = {
     "rho_spent",
     "epsilon_spent",
     "conversion",
+    "noise",
     "relation",
     "ledger",
     "seconds",
