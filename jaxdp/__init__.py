@@ -8,12 +8,13 @@ jit and returns the final state with an audited ledger; `release` turns the stat
 import logging
 
 from jaxdp import accounting, audit, datasets, keys, noise, queries
+from jaxdp._version import __version__
 from jaxdp.accounting import BudgetExceededError, Plan
 from jaxdp.api import MechanismSpec, Result, register, synthesize
-from jaxdp.audit import AuditError, LedgerEntry, rho_spent
 from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_csv, write_csv
 from jaxdp.evaluate import answer_errors, workload_errors
 from jaxdp.keys import secure_root_key
+from jaxdp.ledger import AuditError, LedgerEntry, rho_spent
 from jaxdp.loop import RunResult, release, run
 from jaxdp.mechanisms import (
     AIM,
@@ -36,8 +37,6 @@ from jaxdp.mechanisms import (
     rap_softmax,
 )
 from jaxdp.types import Neighboring, Sensitive
-
-__version__ = "0.1.0"
 
 # Silent unless the application configures logging (the command line does: progress on stderr).
 logging.getLogger("jaxdp").addHandler(logging.NullHandler())

@@ -26,11 +26,12 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxdp import loop
+from jaxdp._version import __version__
 from jaxdp.accounting import epsilon_from_rho
-from jaxdp.audit import LedgerEntry, rho_spent
 from jaxdp.domain import Categorical, DataError, Dataset, Domain
 from jaxdp.evaluate import answer_errors, fractions, workload_errors
 from jaxdp.keys import require_key
+from jaxdp.ledger import LedgerEntry, rho_spent
 from jaxdp.mechanisms import (
     aim,
     aim_gem,
@@ -408,7 +409,7 @@ def execute(
         "seconds": time.perf_counter() - started,
         "rows": n_rows,
         "output": "noisy answers" if spec.releases == "answers" else "synthetic records",
-        "jaxdp_version": _version(),
+        "jaxdp_version": __version__,
     }
     bounds = None
     if spec.error_bounds is not None:
@@ -454,12 +455,6 @@ def _release(mechanism, state, key, rows=None):
 # One compiled program per release shape: sampling op by op compiles every small op separately
 # (half a minute for GEM on ADULT on a 2-core CPU).
 _release_jit = jax.jit(_release, static_argnums=3)
-
-
-def _version() -> str:
-    from jaxdp import __version__  # the package's single source, read late: jaxdp imports this module
-
-    return __version__
 
 
 def release_errors(real: Dataset, result: Result, workload: MarginalWorkload) -> dict[str, Any]:

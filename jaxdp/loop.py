@@ -20,8 +20,8 @@ import numpy as np
 
 from jaxdp import _checks
 from jaxdp.accounting import BudgetExceededError
-from jaxdp.audit import LedgerEntry, check_ledger, ledger_from_info
 from jaxdp.keys import Stream, require_key, round_key, stream_key
+from jaxdp.ledger import LedgerEntry, check_ledger, ledger_from_info
 from jaxdp.types import Key
 
 logger = logging.getLogger(__name__)
