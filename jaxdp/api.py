@@ -13,7 +13,6 @@ line reads it too.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
 import time
@@ -25,7 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxdp import loop
+from jaxdp import contract, loop
 from jaxdp._version import __version__
 from jaxdp.accounting import epsilon_from_rho
 from jaxdp.domain import Categorical, DataError, Dataset, Domain
@@ -80,6 +79,8 @@ class MechanismSpec:
             (rap++: class-conditional marginals on the schema's target).
         jit_release: compile the release (its output is an array: codes or answers); False for
             a release that returns a `Dataset` or runs host code.
+        mesh: the factory takes `mesh=` (a `jaxdp.queries.records_mesh()`) and counts the
+            records split over its devices.
     """
 
     factory: Callable[..., Any]
@@ -92,6 +93,7 @@ class MechanismSpec:
     error_bounds: Callable[..., dict[str, Any]] | None = None
     jit_release: bool = True
     own_workload: bool = False
+    mesh: bool = False
 
 
 def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget):
@@ -155,16 +157,16 @@ def measured_workload(mechanism, workload: MarginalWorkload | None) -> MarginalW
 # Default rounds: the papers' settings on ADULT (reduced); entries without one keep their
 # factory's default (rap 10, gem 50).
 MECHANISMS: dict[str, MechanismSpec] = {
-    "independent": MechanismSpec(_independent, one_round=True),
-    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers"),
-    "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True),
-    "pep": MechanismSpec(pep, rounds=25, cap_rounds=True),
-    "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True),
-    "pep-pub": MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True),
-    "rap": MechanismSpec(rap, relaxed=True),
-    "rap-softmax": MechanismSpec(rap_softmax, relaxed=True),
-    "gem": MechanismSpec(gem, relaxed=True),
-    "gem-pub": MechanismSpec(gem_pub, relaxed=True, public=True),
+    "independent": MechanismSpec(_independent, one_round=True, mesh=True),
+    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers", mesh=True),
+    "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True, mesh=True),
+    "pep": MechanismSpec(pep, rounds=25, cap_rounds=True, mesh=True),
+    "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
+    "pep-pub": MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
+    "rap": MechanismSpec(rap, relaxed=True, mesh=True),
+    "rap-softmax": MechanismSpec(rap_softmax, relaxed=True, mesh=True),
+    "gem": MechanismSpec(gem, relaxed=True, mesh=True),
+    "gem-pub": MechanismSpec(gem_pub, relaxed=True, public=True, mesh=True),
     "dualquery": MechanismSpec(dualquery, rounds=100),
     "fem": MechanismSpec(fem, rounds=200),
     "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False),
@@ -302,7 +304,7 @@ def build(
     """
     spec = mechanism_spec(name)
     if mesh is not None:
-        if "mesh" not in inspect.signature(spec.factory).parameters:
+        if not spec.mesh:
             raise ValueError(f"mechanism {name!r} does not count records over a mesh; leave mesh=None")
         options["mesh"] = mesh
     if workload is None and not spec.own_workload:
@@ -379,7 +381,7 @@ def execute(
     key = require_key(key)
     run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None)
     synthetic = answers = None
-    release = _release_jit if spec.jit_release and getattr(mechanism, "jittable", True) else _release
+    release = _release_jit if spec.jit_release and contract.jittable(mechanism) else _release
     if spec.releases == "answers":
         answers = np.asarray(release(mechanism, run.state, key), np.float64)
         released, n_rows = answers, int(answers.shape[0])

@@ -1,7 +1,8 @@
 """The driver: runs a mechanism's rounds from a root key. This is the jit boundary.
 
-Jittable mechanisms run under `lax.scan` inside one `jax.jit`, in blocks of rounds when progress
-is reported (at most two compiled programs: the block and a shorter last block). Mechanisms that
+A mechanism is anything meeting `jaxdp.contract.Mechanism` (checked before it runs). Jittable
+mechanisms run under `lax.scan` inside one `jax.jit`, in blocks of rounds when progress is
+reported (at most two compiled programs: the block and a shorter last block). Mechanisms that
 declare `jittable = False` (data-dependent shapes, host solvers) run in a Python loop with the
 same `step(state, key)` contract and the same keys. Such a mechanism may also adapt its budget
 (a privacy filter, as AIM does): it then offers `finished(state)`, which ends the loop early, and
@@ -18,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks
+from jaxdp import _checks, contract
 from jaxdp.accounting import BudgetExceededError
+from jaxdp.contract import realised_plan
 from jaxdp.keys import Stream, require_key, round_key, stream_key
 from jaxdp.ledger import LedgerEntry, check_ledger, ledger_from_info
 from jaxdp.types import Key
@@ -40,7 +42,8 @@ class RunResult(NamedTuple):
 
 def _scan_rounds(mechanism, state, key: Key, first: jax.Array, length: int):
     def body(carry, t):
-        return mechanism.step(carry, round_key(key, t))
+        state, info = mechanism.step(carry, round_key(key, t))
+        return state, contract.check_info(info)  # at trace time: the structure, not the values
 
     return jax.lax.scan(body, state, first + jnp.arange(length, dtype=jnp.int32))
 
@@ -60,7 +63,7 @@ def run(
     """Run `rounds` rounds (default: all the mechanism planned) from the root key.
 
     Args:
-        mechanism: an object with init/step/release and `rounds`, `plan` attributes.
+        mechanism: meets `jaxdp.contract.Mechanism` (ContractError naming what it lacks if not).
         key: the root key (secret: it determines every draw).
         rounds: rounds to run; never more than the mechanism planned.
         progress: optional callback(rounds_done, rounds_total) called between blocks, or True
@@ -71,28 +74,22 @@ def run(
         RunResult with the final state, stacked Info and the checked ledger.
 
     Raises:
+        ContractError: the mechanism or its Info does not meet the contract.
         BudgetExceededError: more rounds than planned, or a ledger that does not match the plan.
     """
+    mechanism = contract.check_mechanism(mechanism)
     key = require_key(key)
     planned = mechanism.rounds
     rounds = planned if rounds is None else _checks.positive_int(rounds, "rounds")
     if rounds > planned:
         raise BudgetExceededError(f"rounds={rounds} exceeds the {planned} rounds the plan pays for")
-    if getattr(mechanism, "jittable", True):
+    if contract.jittable(mechanism):
         state, info = _run_jitted(mechanism, key, rounds, progress, blocks)
     else:
         state, info = _run_python(mechanism, key, rounds, progress)
     ledger = ledger_from_info(info)
     check_ledger(ledger, realised_plan(mechanism, state), complete=rounds == planned)
     return RunResult(state, info, ledger)
-
-
-def realised_plan(mechanism, state):
-    """The plan a run is audited against: the factory's fixed plan, or, for a mechanism with a
-    privacy filter, the charges it decided on during the run (each within the budget)."""
-    if hasattr(mechanism, "realised_plan"):
-        return mechanism.realised_plan(state)
-    return mechanism.plan
 
 
 def _block_sizes(rounds: int, progress: Progress | bool | None, blocks: int) -> list[int]:
@@ -121,12 +118,11 @@ def _run_jitted(mechanism, key, rounds, progress, blocks):
 def _run_python(mechanism, key, rounds, progress):
     state = mechanism.init(stream_key(key, Stream.INIT))
     infos = []
-    finished = getattr(mechanism, "finished", lambda _: False)
     for t in range(rounds):
         state, info = mechanism.step(state, round_key(key, t))
-        infos.append(info)
+        infos.append(contract.check_info(info))
         _report(progress, t + 1, rounds)
-        if finished(state):
+        if contract.finished(mechanism, state):
             break
     info = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *infos)
     return state, info

@@ -26,6 +26,7 @@ FLOORS = {
     "jaxdp.datasets": 2,
     "jaxdp.queries": 2,
     "jaxdp.ledger": 3,
+    "jaxdp.contract": 3,
     "jaxdp.families": 3,
     "jaxdp.selection": 3,
     "jaxdp.evaluate": 3,
