@@ -15,7 +15,7 @@ from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_
 from jaxdp.evaluate import answer_errors, workload_errors
 from jaxdp.keys import secure_root_key
 from jaxdp.ledger import AuditError, LedgerEntry, rho_spent
-from jaxdp.loop import RunResult, release, run
+from jaxdp.loop import RunResult, jit_step, release, run
 from jaxdp.mechanisms import (
     AIM,
     Gaussian,
@@ -72,6 +72,7 @@ __all__ = [
     "gem",
     "gem_pub",
     "independent",
+    "jit_step",
     "keys",
     "mwem",
     "noise",

@@ -1,5 +1,10 @@
 """The driver: runs a mechanism's rounds from a root key. This is the jit boundary.
 
+Every compiled program here takes the mechanism as an argument, so its private leaves
+(`Sensitive`) are inputs of the program, never constants baked into it; `jit_step` gives the
+same for a single step. `run` checks key reuse by default (`check_keys`): a key handed to two
+private primitives is caught while tracing (`jax.errors.KeyReuseError`).
+
 A mechanism is anything meeting `jaxdp.contract.Mechanism` (checked before it runs). Jittable
 mechanisms run under `lax.scan` inside one `jax.jit`, in blocks of rounds when progress is
 reported (at most two compiled programs: the block and a shorter last block). Mechanisms that
@@ -11,6 +16,8 @@ same `step(state, key)` contract and the same keys. Such a mechanism may also ad
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -59,6 +66,7 @@ def run(
     *,
     progress: Progress | bool | None = None,
     blocks: int = 10,
+    check_keys: bool = True,
 ) -> RunResult:
     """Run `rounds` rounds (default: all the mechanism planned) from the root key.
 
@@ -69,13 +77,23 @@ def run(
         progress: optional callback(rounds_done, rounds_total) called between blocks, or True
             to report only through the "jaxdp.loop" logger (one INFO line per block).
         blocks: number of blocks the rounds are split into when `progress` is given.
+        check_keys: run under `jax.debug_key_reuse(True)`, so that a key consumed twice (e.g. a
+            round's SELECT key handed to the measurement too) raises `jax.errors.KeyReuseError`
+            while tracing, before anything runs on the data. False leaves JAX's setting as it
+            is: `jaxdp.synthesize` does so for the registry's mechanisms, whose key use the
+            test suite checks with the same flag on.
 
     Returns:
         RunResult with the final state, stacked Info and the checked ledger.
 
     Raises:
         ContractError: the mechanism or its Info does not meet the contract.
+        KeyReuseError: a key was consumed twice (with `check_keys`).
         BudgetExceededError: more rounds than planned, or a ledger that does not match the plan.
+
+    Privacy:
+        The ledger is rebuilt from the charges of every round and matched, entry by entry, with
+        the mechanism's plan (or the charges its privacy filter decided on); a mismatch raises.
     """
     mechanism = contract.check_mechanism(mechanism)
     key = require_key(key)
@@ -83,13 +101,18 @@ def run(
     rounds = planned if rounds is None else _checks.positive_int(rounds, "rounds")
     if rounds > planned:
         raise BudgetExceededError(f"rounds={rounds} exceeds the {planned} rounds the plan pays for")
-    if contract.jittable(mechanism):
-        state, info = _run_jitted(mechanism, key, rounds, progress, blocks)
-    else:
-        state, info = _run_python(mechanism, key, rounds, progress)
+    with _key_reuse_checked(check_keys):
+        if contract.jittable(mechanism):
+            state, info = _run_jitted(mechanism, key, rounds, progress, blocks)
+        else:
+            state, info = _run_python(mechanism, key, rounds, progress)
     ledger = ledger_from_info(info)
     check_ledger(ledger, realised_plan(mechanism, state), complete=rounds == planned)
     return RunResult(state, info, ledger)
+
+
+def _key_reuse_checked(check: bool):
+    return jax.debug_key_reuse(True) if check else contextlib.nullcontext()
 
 
 def _block_sizes(rounds: int, progress: Progress | bool | None, blocks: int) -> list[int]:
@@ -132,6 +155,37 @@ def _report(progress: Progress | bool | None, done: int, total: int) -> None:
     logger.info("round %d/%d", done, total)
     if callable(progress):
         progress(done, total)
+
+
+@jax.jit
+def _step_jit(mechanism, state, key):
+    state, info = mechanism.step(state, key)
+    return state, contract.check_info(info)
+
+
+def jit_step(mechanism) -> Callable[[Any, Key], tuple[Any, Any]]:
+    """A compiled `step(state, key) -> (state, info)` of `mechanism`, for stepping by hand.
+
+    The mechanism is an argument of the compiled program (`functools.partial` of one jitted
+    function), never a closure: its `Sensitive` leaves enter each call as inputs. Writing
+    `jax.jit(mechanism.step)` instead closes over the bound mechanism, and its private values
+    become constants of the compiled program (visible in its text, kept in caches).
+
+    Args:
+        mechanism: a jittable mechanism (`jaxdp.contract`).
+
+    Returns:
+        step(state, key): one round; `key` is the round's key (`jaxdp.keys.round_key(root, t)`).
+
+    Raises:
+        ContractError: the mechanism does not meet the contract; ValueError: it is not jittable.
+    """
+    mechanism = contract.check_mechanism(mechanism)
+    if not contract.jittable(mechanism):
+        raise ValueError(
+            f"{type(mechanism).__name__} is not jittable (jittable = False): call its step directly"
+        )
+    return functools.partial(_step_jit, mechanism)
 
 
 def release(mechanism, state, key: Key, **kwargs):
