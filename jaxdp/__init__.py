@@ -15,7 +15,7 @@ from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_
 from jaxdp.evaluate import answer_errors, workload_errors
 from jaxdp.keys import secure_root_key
 from jaxdp.ledger import AuditError, LedgerEntry, rho_spent
-from jaxdp.loop import RunResult, jit_step, release, run
+from jaxdp.loop import ManyResult, RunResult, jit_step, release, run, run_many
 from jaxdp.mechanisms import (
     AIM,
     Gaussian,
@@ -52,6 +52,7 @@ __all__ = [
     "Gaussian",
     "Independent",
     "LedgerEntry",
+    "ManyResult",
     "MechanismSpec",
     "Neighboring",
     "Numeric",
@@ -88,6 +89,7 @@ __all__ = [
     "release",
     "rho_spent",
     "run",
+    "run_many",
     "secure_root_key",
     "synthesize",
     "workload_errors",

@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxdp.keys import Stream, round_key, stream_key
 from jaxdp.ledger import AuditError, LedgerEntry, check_ledger, ledger_from_info, rho_spent
-from jaxdp.loop import run
+from jaxdp.loop import ManyResult, run, run_many
 from jaxdp.types import Key
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "derived_keys",
     "ledger_from_info",
     "replay",
+    "replay_many",
     "rho_spent",
 ]
 
@@ -43,11 +44,29 @@ def derived_keys(root: Key, rounds: int) -> dict[tuple[str, int, str], Key]:
 
 
 def replay(mechanism, key: Key, result) -> bool:
-    """Re-run `mechanism` from `key` and report whether state and Info are bit-identical."""
-    again = run(mechanism, key, int(np.asarray(jax.tree_util.tree_leaves(result.info)[0]).shape[0]))
-    same = jax.tree_util.tree_map(
-        lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))),
-        (result.state, result.info),
-        (again.state, again.info),
-    )
+    """Re-run `mechanism` from `key` and report whether state and Info are bit-identical.
+
+    `result` is a `RunResult`: from `run`, or one seed of a `run_many` that looped
+    (`ManyResult.seed(i)`, replayed with `keys[i]`)."""
+    again = run(mechanism, key, _rounds_run(result.info))
+    return _identical((result.state, result.info), (again.state, again.info))
+
+
+def replay_many(mechanism, keys: Key, result: ManyResult) -> list[bool]:
+    """Re-run `run_many` from the same keys and batching; for each seed, whether its state and
+    Info are bit-identical (a "vmap" batch is reproducible as a batch, not seed by seed)."""
+    rounds = _rounds_run(result.seed(0).info)
+    again = run_many(mechanism, keys, rounds, batching=result.batching)
+    return [
+        _identical((result.seed(i).state, result.seed(i).info), (again.seed(i).state, again.seed(i).info))
+        for i in range(result.seeds)
+    ]
+
+
+def _rounds_run(info) -> int:
+    return int(np.asarray(jax.tree_util.tree_leaves(info)[0]).shape[0])
+
+
+def _identical(a, b) -> bool:
+    same = jax.tree_util.tree_map(lambda x, y: bool(np.array_equal(np.asarray(x), np.asarray(y))), a, b)
     return all(jax.tree_util.tree_leaves(same))

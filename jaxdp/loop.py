@@ -1,5 +1,9 @@
 """The driver: runs a mechanism's rounds from a root key. This is the jit boundary.
 
+`run_many` runs one mechanism from many root keys (seeds) and audits each seed's ledger; by
+default the seeds run one after another (`batching="loop"`), each exactly as `run` runs it,
+which on CPU is also the fastest way (docs/architecture.md, "Many seeds").
+
 Every compiled program here takes the mechanism as an argument, so its private leaves
 (`Sensitive`) are inputs of the program, never constants baked into it; `jit_step` gives the
 same for a single step. `run` checks key reuse by default (`check_keys`): a key handed to two
@@ -29,13 +33,14 @@ import numpy as np
 from jaxdp import _checks, contract
 from jaxdp.accounting import BudgetExceededError
 from jaxdp.contract import realised_plan
-from jaxdp.keys import Stream, require_key, round_key, stream_key
+from jaxdp.keys import Stream, require_key, require_keys, round_key, stream_key
 from jaxdp.ledger import LedgerEntry, check_ledger, ledger_from_info
 from jaxdp.types import Key
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
+BATCHINGS = ("loop", "vmap")
 
 
 class RunResult(NamedTuple):
@@ -97,18 +102,30 @@ def run(
     """
     mechanism = contract.check_mechanism(mechanism)
     key = require_key(key)
-    planned = mechanism.rounds
-    rounds = planned if rounds is None else _checks.positive_int(rounds, "rounds")
-    if rounds > planned:
-        raise BudgetExceededError(f"rounds={rounds} exceeds the {planned} rounds the plan pays for")
+    rounds = _rounds(mechanism, rounds)
     with _key_reuse_checked(check_keys):
         if contract.jittable(mechanism):
             state, info = _run_jitted(mechanism, key, rounds, progress, blocks)
         else:
             state, info = _run_python(mechanism, key, rounds, progress)
+    return RunResult(
+        state, info, _audited_ledger(mechanism, state, info, complete=rounds == mechanism.rounds)
+    )
+
+
+def _rounds(mechanism, rounds: int | None) -> int:
+    """The rounds to run: all that were planned by default, never more."""
+    planned = mechanism.rounds
+    rounds = planned if rounds is None else _checks.positive_int(rounds, "rounds")
+    if rounds > planned:
+        raise BudgetExceededError(f"rounds={rounds} exceeds the {planned} rounds the plan pays for")
+    return rounds
+
+
+def _audited_ledger(mechanism, state, info, *, complete: bool) -> list[LedgerEntry]:
     ledger = ledger_from_info(info)
-    check_ledger(ledger, realised_plan(mechanism, state), complete=rounds == planned)
-    return RunResult(state, info, ledger)
+    check_ledger(ledger, realised_plan(mechanism, state), complete=complete)
+    return ledger
 
 
 def _key_reuse_checked(check: bool):
@@ -155,6 +172,119 @@ def _report(progress: Progress | bool | None, done: int, total: int) -> None:
     logger.info("round %d/%d", done, total)
     if callable(progress):
         progress(done, total)
+
+
+class ManyResult(NamedTuple):
+    """What `run_many` returns.
+
+    Attributes:
+        state: each seed's final state, its leaves stacked on a leading (seeds,) axis; for a
+            mechanism that runs as a Python loop (`jittable = False`, AIM), whose states need
+            not share shapes, a tuple with one state per seed.
+        info: each seed's Info stacked over rounds, then over seeds: (seeds, rounds, ...)
+            leaves (a tuple per seed for a Python-loop mechanism, whose rounds may differ).
+        ledgers: one ledger per seed, each checked against the plan as `run` checks one.
+        batching: how the seeds ran, "loop" or "vmap" (see `run_many`).
+        stacked: whether state and Info are stacked (False: tuples of per-seed values).
+    """
+
+    state: Any
+    info: Any
+    ledgers: tuple[list[LedgerEntry], ...]
+    batching: str
+    stacked: bool = True
+
+    @property
+    def seeds(self) -> int:
+        return len(self.ledgers)
+
+    def seed(self, i: int) -> RunResult:
+        """Seed i's run, as `run` returns one."""
+        if self.stacked:
+            state, info = jax.tree_util.tree_map(lambda x: x[i], (self.state, self.info))
+        else:
+            state, info = self.state[i], self.info[i]
+        return RunResult(state, info, self.ledgers[i])
+
+
+def run_many(
+    mechanism,
+    keys: Key,
+    rounds: int | None = None,
+    *,
+    batching: str = "loop",
+    check_keys: bool = True,
+) -> ManyResult:
+    """Run one mechanism from many root keys (seeds), auditing each seed's ledger.
+
+    Args:
+        mechanism: meets `jaxdp.contract.Mechanism`.
+        keys: (seeds,) root keys, e.g. `jax.random.split(jax.random.key(0), 8)`; each as secret
+            as a single run's key.
+        rounds: rounds per seed (default: all the mechanism planned).
+        batching: "loop" (default): the seeds run one after another through `run`'s compiled
+            program, so seed i's state, Info, ledger and release are exactly those of
+            `run(mechanism, keys[i])` and `audit.replay` reproduces any seed. "vmap": one
+            program vmapped over the keys. Its seeds are private runs like any other (each
+            ledger is audited), but batched kernels round floats differently, and a rounding
+            difference can change an exact selection, so a seed need not equal
+            `run(mechanism, keys[i])`; `audit.replay_many` replays the batch. On the 2-core CPU
+            it was slower than the loop for every mechanism measured (docs/architecture.md).
+            A mechanism with `jittable = False` (AIM) always runs as a loop: asking it for
+            "vmap" logs a warning and loops.
+        check_keys: as for `run`.
+
+    Returns:
+        ManyResult with the stacked states and Info and one audited ledger per seed.
+
+    Raises:
+        As `run`, for any seed.
+
+    Privacy:
+        Each seed is a separate run with its own root key, audited against the plan on its own:
+        releasing the outputs of several seeds of the same data composes their costs.
+    """
+    mechanism = contract.check_mechanism(mechanism)
+    keys = require_keys(keys)
+    rounds = _rounds(mechanism, rounds)
+    _checks.one_of(batching, BATCHINGS, "batching")
+    jittable = contract.jittable(mechanism)
+    if batching == "vmap" and not jittable:
+        logger.warning(
+            "%s runs as a Python loop (jittable = False): run_many runs its %d seeds one after another",
+            type(mechanism).__name__,
+            keys.shape[0],
+        )
+        batching = "loop"
+    if batching == "loop":
+        runs = [run(mechanism, key, rounds, check_keys=check_keys) for key in keys]
+        ledgers = tuple(r.ledger for r in runs)
+        if not jittable:
+            states, infos = tuple(r.state for r in runs), tuple(r.info for r in runs)
+            return ManyResult(states, infos, ledgers, batching, stacked=False)
+        state, info = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[(r.state, r.info) for r in runs])
+        return ManyResult(state, info, ledgers, batching)
+    with _key_reuse_checked(check_keys):
+        state, info = _vmap_jit(mechanism, keys, rounds)
+    complete = rounds == mechanism.rounds
+    ledgers = tuple(
+        _audited_ledger(
+            mechanism, *jax.tree_util.tree_map(lambda x, i=i: x[i], (state, info)), complete=complete
+        )
+        for i in range(keys.shape[0])
+    )
+    return ManyResult(state, info, ledgers, batching)
+
+
+def _seeds_vmapped(mechanism, keys, rounds: int):
+    def one(key):
+        state = mechanism.init(stream_key(key, Stream.INIT))
+        return _scan_rounds(mechanism, state, key, jnp.zeros((), jnp.int32), rounds)
+
+    return jax.vmap(one)(keys)
+
+
+_vmap_jit = jax.jit(_seeds_vmapped, static_argnames="rounds")
 
 
 @jax.jit

@@ -163,3 +163,87 @@ def test_no_compiled_program_of_run_holds_a_private_value(name):
     for label, closed in programs.items():
         consts = _constants(closed)
         assert not any(_same(c, p) for c in consts for p in private), f"{name}: {label} holds private data"
+
+
+def _equal(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+    )
+
+
+@pytest.mark.parametrize("name", ["independent", "pep", "rap-softmax", "fem"])
+def test_run_many_loops_each_seed_exactly_as_run(name):
+    from .mechanisms.conftest import FACTORIES
+
+    mech = FACTORIES[name](tiny_dataset(), epsilon=1.0, delta=1e-6)
+    keys = jax.random.split(jax.random.key(3), 3)
+    many = jaxdp.run_many(mech, keys)
+    assert many.batching == "loop" and many.seeds == 3
+    assert jax.tree_util.tree_leaves(many.state)[0].shape[0] == 3
+    for i, key in enumerate(keys):
+        single = loop.run(mech, key)
+        seed = many.seed(i)
+        assert _equal(seed.state, single.state) and _equal(seed.info, single.info)
+        assert seed.ledger == single.ledger
+        assert _equal(loop.release(mech, seed.state, key), loop.release(mech, single.state, key))
+        assert jaxdp.audit.replay(mech, key, seed)
+    assert not jaxdp.audit.replay(mech, keys[1], many.seed(0))  # negative control: another seed's key
+
+
+@pytest.mark.parametrize("name", ["gaussian", "pep"])
+def test_run_many_vmap_audits_each_seed_and_replays_as_a_batch(name):
+    from .mechanisms.conftest import FACTORIES
+
+    mech = FACTORIES[name](tiny_dataset(), epsilon=1.0, delta=1e-6)
+    keys = jax.random.split(jax.random.key(4), 4)
+    many = jaxdp.run_many(mech, keys, batching="vmap")
+    assert all(len(ledger) == sum(c.times for c in mech.plan.charges) for ledger in many.ledgers)
+    assert all(jaxdp.rho_spent(ledger) == pytest.approx(mech.plan.rho_planned) for ledger in many.ledgers)
+    assert jaxdp.audit.replay_many(mech, keys, many) == [True] * 4
+    for i, key in enumerate(keys):  # on these small cases the batch rounds as the single runs do
+        single = loop.run(mech, key)
+        assert _equal(many.seed(i).info, single.info)
+        for x, y in zip(
+            jax.tree_util.tree_leaves(many.seed(i).state),
+            jax.tree_util.tree_leaves(single.state),
+            strict=True,
+        ):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+
+
+def test_run_many_loops_a_python_loop_mechanism_and_says_so(caplog):
+    from .mechanisms.conftest import FACTORIES
+
+    mech = FACTORIES["aim"](tiny_dataset(), epsilon=1.0, delta=1e-6)
+    keys = jax.random.split(jax.random.key(5), 2)
+    with caplog.at_level("WARNING", logger="jaxdp.loop"):
+        many = jaxdp.run_many(mech, keys, batching="vmap")
+    assert "runs its 2 seeds one after another" in caplog.text
+    assert many.batching == "loop" and not many.stacked
+    for i, key in enumerate(keys):
+        assert jaxdp.audit.replay(mech, key, many.seed(i))
+        assert jaxdp.rho_spent(many.ledgers[i]) <= mech.plan.rho_budget
+
+
+def test_run_many_refuses_bad_keys_and_batched_info_needs_its_ledgers():
+    mech = select_then_measure()
+    with pytest.raises(TypeError, match=r"keys\[0\] must be a typed JAX key"):
+        jaxdp.run_many(mech, [0, 1])
+    with pytest.raises(TypeError, match="one-dimensional"):
+        jaxdp.run_many(mech, jax.random.key(0))
+    with pytest.raises(ValueError, match="batching"):
+        jaxdp.run_many(mech, jax.random.split(jax.random.key(0), 2), batching="pmap")
+    many = jaxdp.run_many(mech, [jax.random.key(0), jax.random.key(1)])
+    with pytest.raises(ValueError, match=r"ManyResult\.ledgers"):
+        jaxdp.audit.ledger_from_info(many.info)
+
+
+def test_no_compiled_program_of_run_many_holds_a_private_value():
+    mech = select_then_measure()
+    private = _private_arrays(mech)
+    keys = jax.random.split(jax.random.key(6), 2)
+    closed = jax.make_jaxpr(lambda m, k: loop._vmap_jit(m, k, m.rounds))(mech, keys)
+    assert not any(_same(c, p) for c in _constants(closed) for p in private)
+    arg_shapes = [tuple(v.aval.shape) for v in closed.jaxpr.invars]
+    assert all(p.shape in arg_shapes for p in private)  # it enters as an argument instead
