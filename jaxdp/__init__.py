@@ -7,7 +7,7 @@ jit and returns the final state with an audited ledger; `release` turns the stat
 
 import logging
 
-from jaxdp import accounting, audit, datasets, keys, noise, queries
+from jaxdp import accounting, audit, datasets, families, keys, measurement, noise, queries, selection
 from jaxdp._version import __version__
 from jaxdp.accounting import BudgetExceededError, Plan
 from jaxdp.api import MechanismSpec, Result, register, synthesize
@@ -18,8 +18,10 @@ from jaxdp.ledger import AuditError, LedgerEntry, rho_spent
 from jaxdp.loop import ManyResult, RunResult, jit_step, release, run, run_many
 from jaxdp.mechanisms import (
     AIM,
+    Adaptive,
     Gaussian,
     Independent,
+    adaptive,
     aim,
     aim_gem,
     dualquery,
@@ -43,6 +45,7 @@ logging.getLogger("jaxdp").addHandler(logging.NullHandler())
 
 __all__ = [
     "AIM",
+    "Adaptive",
     "AuditError",
     "BudgetExceededError",
     "Categorical",
@@ -62,12 +65,14 @@ __all__ = [
     "Sensitive",
     "__version__",
     "accounting",
+    "adaptive",
     "aim",
     "aim_gem",
     "answer_errors",
     "audit",
     "datasets",
     "dualquery",
+    "families",
     "fem",
     "gaussian",
     "gem",
@@ -75,6 +80,7 @@ __all__ = [
     "independent",
     "jit_step",
     "keys",
+    "measurement",
     "mwem",
     "noise",
     "pep",
@@ -91,6 +97,7 @@ __all__ = [
     "run",
     "run_many",
     "secure_root_key",
+    "selection",
     "synthesize",
     "workload_errors",
     "write_csv",

@@ -48,6 +48,7 @@ from jaxdp.mechanisms import (
     rap_plus_plus,
     rap_softmax,
 )
+from jaxdp.mechanisms._common import as_relation
 from jaxdp.mechanisms.rap_plus import default_classes
 from jaxdp.queries import MarginalWorkload, all_kway, from_names
 from jaxdp.types import Key, Neighboring
@@ -62,8 +63,8 @@ class MechanismSpec:
 
     Attributes:
         factory: (data, workload, **budget, **options) -> mechanism, where budget is epsilon,
-            delta, relation, conversion, and options may hold rounds, public and the factory's
-            own keywords.
+            delta, conversion (and relation, for a factory with several `relations`), and
+            options may hold rounds, public, mesh and the factory's own keywords.
         rounds: default rounds when none are given (None: the factory's own default).
         one_round: the mechanism runs exactly one round (no `rounds` option).
         public: the mechanism needs a public table over the same domain.
@@ -81,6 +82,8 @@ class MechanismSpec:
             a release that returns a `Dataset` or runs host code.
         mesh: the factory takes `mesh=` (a `jaxdp.queries.records_mesh()`) and counts the
             records split over its devices.
+        relations: the neighbouring relations the mechanism supports; a factory supporting
+            more than one takes `relation=`, the others take none (replace-one: n public).
     """
 
     factory: Callable[..., Any]
@@ -94,6 +97,7 @@ class MechanismSpec:
     jit_release: bool = True
     own_workload: bool = False
     mesh: bool = False
+    relations: tuple[Neighboring, ...] = (Neighboring.REPLACE_ONE,)
 
 
 def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget):
@@ -154,11 +158,12 @@ def measured_workload(mechanism, workload: MarginalWorkload | None) -> MarginalW
     return mechanism.classes[0].workload if workload is None else workload
 
 
+_BOTH = (Neighboring.REPLACE_ONE, Neighboring.ADD_REMOVE)
 # Default rounds: the papers' settings on ADULT (reduced); entries without one keep their
 # factory's default (rap 10, gem 50).
 MECHANISMS: dict[str, MechanismSpec] = {
-    "independent": MechanismSpec(_independent, one_round=True, mesh=True),
-    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers", mesh=True),
+    "independent": MechanismSpec(_independent, one_round=True, mesh=True, relations=_BOTH),
+    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers", mesh=True, relations=_BOTH),
     "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True, mesh=True),
     "pep": MechanismSpec(pep, rounds=25, cap_rounds=True, mesh=True),
     "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
@@ -169,9 +174,9 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "gem-pub": MechanismSpec(gem_pub, relaxed=True, public=True, mesh=True),
     "dualquery": MechanismSpec(dualquery, rounds=100),
     "fem": MechanismSpec(fem, rounds=200),
-    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False),
+    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False, relations=_BOTH),
     "rap++": MechanismSpec(_rap_plus_plus, own_workload=True),
-    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False),
+    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False, relations=_BOTH),
 }
 # Works on any categorical domain with no dense histogram and no extra dependency, in about a
 # minute on ADULT; AIM is more accurate on small domains but needs the `pgm` extra and is slower.
@@ -303,6 +308,10 @@ def build(
             the factory.
     """
     spec = mechanism_spec(name)
+    relation = as_relation(relation)
+    if relation not in spec.relations:
+        supported = " or ".join(r.value for r in spec.relations)
+        raise ValueError(f"mechanism {name!r} supports the {supported} relation, not {relation.value}")
     if mesh is not None:
         if not spec.mesh:
             raise ValueError(f"mechanism {name!r} does not count records over a mesh; leave mesh=None")
@@ -315,7 +324,9 @@ def build(
         raise ValueError(f"mechanism {name!r} uses no public data")
     if public is None and spec.public:
         raise ValueError(f"mechanism {name!r} needs a public table over the same domain")
-    budget = dict(epsilon=epsilon, delta=delta, relation=relation, conversion=conversion)
+    budget = dict(epsilon=epsilon, delta=delta, conversion=conversion)
+    if len(spec.relations) > 1:
+        budget["relation"] = relation
     if not spec.one_round:
         if rounds is None and spec.rounds is not None:
             rounds = min(spec.rounds, len(workload)) if spec.cap_rounds else spec.rounds

@@ -55,9 +55,23 @@ class RunResult(NamedTuple):
 def _scan_rounds(mechanism, state, key: Key, first: jax.Array, length: int):
     def body(carry, t):
         state, info = mechanism.step(carry, round_key(key, t))
-        return state, contract.check_info(info)  # at trace time: the structure, not the values
+        _check_state_shapes(carry, state)  # at trace time, as the Info: structure, not values
+        return state, contract.check_info(info)
 
     return jax.lax.scan(body, state, first + jnp.arange(length, dtype=jnp.int32))
+
+
+def _check_state_shapes(before, after) -> None:
+    """A compiled step keeps the state's pytree, shapes and dtypes (fixed-shape buffers)."""
+    import chex  # on the first trace only, so that `import jaxdp` stays fast
+
+    try:
+        chex.assert_trees_all_equal_shapes_and_dtypes(before, after)
+    except (AssertionError, ValueError) as err:
+        raise contract.ContractError(
+            f"step must return a state of the same structure, shapes and dtypes as the one it was given "
+            f"(preallocated buffers and a mask, so that the rounds compile to one scan): {err}"
+        ) from None
 
 
 _scan_jit = jax.jit(_scan_rounds, static_argnames="length")

@@ -87,6 +87,18 @@ def test_a_jittable_mechanism_must_be_a_pytree():
         jaxdp.run(Plain(mech.total, mech.plan), jax.random.key(0))
 
 
+def test_a_step_that_reshapes_its_state_is_told_which_leaf():
+    @pytree_dataclass
+    class Growing(NoisyTotal):
+        def step(self, state, key):
+            state, info = super().step(state, key)
+            return jnp.stack([state, state]), info
+
+    mech = noisy_total()
+    with pytest.raises(contract.ContractError, match="same structure, shapes and dtypes"):
+        loop.run(Growing(mech.total, mech.plan), jax.random.key(0))
+
+
 def test_early_stopping_needs_a_python_loop():
     @pytree_dataclass
     class Stops(NoisyTotal):

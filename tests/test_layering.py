@@ -31,6 +31,7 @@ FLOORS = {
     "jaxdp.selection": 3,
     "jaxdp.evaluate": 3,
     "jaxdp.utility": 3,
+    "jaxdp.measurement": 4,
     "jaxdp.mechanisms": 6,
     "jaxdp.loop": 7,
     "jaxdp.audit": 8,

@@ -3,6 +3,7 @@
 import math
 from typing import NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,15 +45,11 @@ class SelectThenMeasure:
     def step(self, state, key):
         uniform = jnp.concatenate([jnp.full(c, 1.0 / c) for c in self.workload.cells])
         select_key = stream_key(key, Stream.SELECT)
-        chosen, select_charge = selection.select_marginal(
-            select_key,
-            self.counts.map(lambda c: c / self.n_records),
-            uniform,
-            self.workload,
-            jnp.ones(len(self.workload), bool),
-            scale=self.select_scale,
-            sensitivity=1.0 / self.n_records,
-            noise="discrete",
+        scores = self.counts.map(
+            lambda c: selection.max_cell_errors(c / self.n_records, uniform, self.workload)
+        )
+        chosen, select_charge = noise.select(
+            select_key, scores, scale=self.select_scale, sensitivity=1.0 / self.n_records, noise="discrete"
         )
         first = jnp.asarray(self.workload.offsets, jnp.int32)[chosen]
         noisy, measure_charge = noise.measure_counts(
@@ -165,13 +162,6 @@ def test_no_compiled_program_of_run_holds_a_private_value(name):
         assert not any(_same(c, p) for c in consts for p in private), f"{name}: {label} holds private data"
 
 
-def _equal(a, b) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(
-        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
-    )
-
-
 @pytest.mark.parametrize("name", ["independent", "pep", "rap-softmax", "fem"])
 def test_run_many_loops_each_seed_exactly_as_run(name):
     from .mechanisms.conftest import FACTORIES
@@ -184,9 +174,11 @@ def test_run_many_loops_each_seed_exactly_as_run(name):
     for i, key in enumerate(keys):
         single = loop.run(mech, key)
         seed = many.seed(i)
-        assert _equal(seed.state, single.state) and _equal(seed.info, single.info)
+        chex.assert_trees_all_equal((seed.state, seed.info), (single.state, single.info))
         assert seed.ledger == single.ledger
-        assert _equal(loop.release(mech, seed.state, key), loop.release(mech, single.state, key))
+        chex.assert_trees_all_equal(
+            loop.release(mech, seed.state, key), loop.release(mech, single.state, key)
+        )
         assert jaxdp.audit.replay(mech, key, seed)
     assert not jaxdp.audit.replay(mech, keys[1], many.seed(0))  # negative control: another seed's key
 
@@ -203,13 +195,8 @@ def test_run_many_vmap_audits_each_seed_and_replays_as_a_batch(name):
     assert jaxdp.audit.replay_many(mech, keys, many) == [True] * 4
     for i, key in enumerate(keys):  # on these small cases the batch rounds as the single runs do
         single = loop.run(mech, key)
-        assert _equal(many.seed(i).info, single.info)
-        for x, y in zip(
-            jax.tree_util.tree_leaves(many.seed(i).state),
-            jax.tree_util.tree_leaves(single.state),
-            strict=True,
-        ):
-            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+        chex.assert_trees_all_equal(many.seed(i).info, single.info)
+        chex.assert_trees_all_close(many.seed(i).state, single.state, rtol=1e-5, atol=1e-6)
 
 
 def test_run_many_loops_a_python_loop_mechanism_and_says_so(caplog):
