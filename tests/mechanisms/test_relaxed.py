@@ -122,21 +122,30 @@ def test_records_follow_the_fitted_distribution_on_unmeasured_marginals(name):
 
 
 def test_gem_pub_with_public_equal_to_private_beats_gem_from_scratch():
+    """Pretraining on public data equal to the private data starts the private rounds near the
+    truth (max error 0.002 against 0.16 from scratch on this case), and after two rounds at
+    epsilon 0.05 GEM-Pub is still ahead (0.13 against 0.19). The two noisy rounds move the fit
+    far from its start, so the start is checked on its own."""
     data = tiny_dataset(n=3000, seed=2)
     workload = _two_way(data)
     true = evaluate.fractions(data, workload)
-    # few private steps: the test is about where the fit starts, not where noise drags it
     budget = {"epsilon": 0.05, "delta": 1e-6, "rounds": 2, "max_steps": 5, "ema_beta": None}
-    errors = {}
+    key = jax.random.key(6)
+    start, end = {}, {}
     for name, mech in (
         ("scratch", gem(data, workload, **budget, **SMALL_GEM)),
         ("pub", gem_pub(data, workload, public=data, pretrain_steps=300, **budget, **SMALL_GEM)),
     ):
-        state = loop.run(mech, jax.random.key(6)).state
-        errors[name] = evaluate.answer_errors(
+        model = mech.init(stream_key(key, Stream.INIT)).model
+        start[name] = evaluate.answer_errors(
+            true, np.asarray(mech.family.answers(model), np.float64), workload
+        )
+        state = loop.run(mech, key).state
+        end[name] = evaluate.answer_errors(
             true, np.asarray(mech.relaxed_answers(state), np.float64), workload
         )
-    assert errors["pub"]["max_abs"] < 0.6 * errors["scratch"]["max_abs"]
+    assert start["pub"]["max_abs"] < 0.1 * start["scratch"]["max_abs"]
+    assert end["pub"]["max_abs"] < end["scratch"]["max_abs"]
 
 
 def test_gem_pub_with_a_subset_of_attributes():
