@@ -14,7 +14,9 @@ top-k, by `noise.select_top_k` otherwise): exact on scores quantised to a public
   trick); sensitivity 1/n.
 
 A rule is built with its settings (`k`) and calibrated by `jaxdp.adaptive` (or a preset): its
-scale follows from the round's selection budget and the score sensitivity under the relation.
+scale follows from the round's selection budget and the score sensitivity under the relation. A
+new rule subclasses `Rule` (decorated with `jaxdp.types.pytree_dataclass`) with its `scores`, the
+`unit_sensitivity` of its score (times 1/n) and its `candidates` ("marginals" or "queries").
 The true answers are fractions, counts / n with n public (replace-one): a replaced record moves
 each fraction by at most 1/n, so each cell error, their maximum, and a query's error move by at
 most 1/n, and a marginal's L1 error by at most 2/n (one cell loses the record, one gains it).
@@ -56,7 +58,7 @@ def l1_errors(true_answers: Array, synthetic_answers: Array, workload: MarginalW
 
 
 @pytree_dataclass
-class _Rule:
+class Rule:
     """What every rule shares: k picks per round, calibration, and the private draw."""
 
     k: int = static_field(default=1)
@@ -68,6 +70,9 @@ class _Rule:
     unit_sensitivity = 1.0  # in fractions, times 1/n
 
     def scores(self, true_answers: Array, current: Array, workload: MarginalWorkload) -> Array:
+        """(n_candidates,) the score of each candidate (higher: more worth measuring), from the
+        true answers in fractions; it must move by at most unit_sensitivity / n between
+        neighbouring datasets."""
         raise NotImplementedError
 
     def n_candidates(self, workload: MarginalWorkload) -> int:
@@ -129,7 +134,7 @@ class _Rule:
 
 
 @pytree_dataclass
-class MaxError(_Rule):
+class MaxError(Rule):
     """Marginals scored by their largest cell error (the marginal trick; MWEM, PEP, RAP, GEM).
 
     Args:
@@ -141,7 +146,7 @@ class MaxError(_Rule):
 
 
 @pytree_dataclass
-class L1Error(_Rule):
+class L1Error(Rule):
     """Marginals scored by their L1 error, sum over cells of |true - synthetic| (AIM's quality
     score without its per-marginal weights and noise penalty). Sensitivity 2/n."""
 
@@ -152,7 +157,7 @@ class L1Error(_Rule):
 
 
 @pytree_dataclass
-class QueryError(_Rule):
+class QueryError(Rule):
     """Single counting queries scored by their absolute error (MWEM and PEP without the marginal
     trick)."""
 

@@ -19,7 +19,7 @@ PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM and GEM-Pub are presets of this builder
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -27,17 +27,36 @@ from jax.sharding import Mesh
 from jaxdp import _checks
 from jaxdp import noise as noise_module
 from jaxdp.domain import Dataset
-from jaxdp.families.fitted import GEM, RAP
-from jaxdp.families.histogram_update import MW, PEP
+from jaxdp.families.measured import Measured
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import GaussianCounts
 from jaxdp.mechanisms._common import count_sigma, make_plan, private_counts, require_categorical, round_shares
 from jaxdp.queries import MarginalWorkload
-from jaxdp.selection import QUERIES, L1Error, MaxError, QueryError
+from jaxdp.selection import QUERIES, Rule
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
-Rule = MaxError | L1Error | QueryError
-Family = PEP | MW | RAP | GEM
+
+@runtime_checkable
+class Family(Protocol):
+    """What the builder asks of a family (`jaxdp.families.PEP`, `MW`, `RAP`, `GEM` meet it)."""
+
+    def bind(self, workload, *, rounds, per_round, single_queries, domain, public) -> Family:
+        """This family fitted to the workload and the run's shape (validated on the host)."""
+
+    def init(self, key: Key) -> Any:
+        """The starting model (public randomness only)."""
+
+    def answers(self, model: Any) -> Array:
+        """(n_queries,) the workload's answers of the current model (fractions)."""
+
+    def update(self, model: Any, measured: Measured, current: Array, t: Array) -> tuple[Any, Array]:
+        """Post-processing: the model after this round's measurements, and its inner steps."""
+
+    def output_answers(self, model: Any) -> Array:
+        """(n_queries,) the answers of the released distribution."""
+
+    def sample(self, model: Any, key: Key, rows: int) -> Array:
+        """(rows, n_attributes) int32 records of the released distribution."""
 
 
 class AdaptiveState(NamedTuple):
@@ -150,8 +169,10 @@ def adaptive(
     Args:
         data: the private records (categorical domain).
         workload: the marginals to answer.
-        select: a rule from `jaxdp.selection` (`MaxError(k=...)`, `L1Error`, `QueryError`).
-        family: a family from `jaxdp.families` (`PEP`, `MW`, `RAP`, `GEM`) with its settings.
+        select: a `jaxdp.selection.Rule` (`MaxError(k=...)`, `L1Error`, `QueryError`, or one of
+            your own).
+        family: a family from `jaxdp.families` (`PEP`, `MW`, `RAP`, `GEM`) with its settings, or
+            one meeting `Family`.
         rounds: T; each round measures k new candidates (k x T must not exceed them).
         epsilon, delta, rho, conversion: the budget (see `jaxdp.independent`).
         alpha: share of each round's budget weight for selection (the paper's alpha).
@@ -172,10 +193,15 @@ def adaptive(
     """
     plan = make_plan(epsilon, delta, rho, conversion)
     _checks.one_of(noise, noise_module.NOISES, "noise")
-    if not isinstance(select, MaxError | L1Error | QueryError):
-        raise TypeError(f"select must be a rule from jaxdp.selection, got {type(select).__name__}")
-    if not isinstance(family, PEP | MW | RAP | GEM):
-        raise TypeError(f"family must be a family from jaxdp.families, got {type(family).__name__}")
+    if not isinstance(select, Rule):
+        raise TypeError(
+            f"select must be a jaxdp.selection.Rule (e.g. MaxError()), got {type(select).__name__}"
+        )
+    if not isinstance(family, Family):
+        raise TypeError(
+            f"family must be a family (jaxdp.families.PEP, MW, RAP, GEM, or one meeting "
+            f"jaxdp.mechanisms.adaptive.Family), got {type(family).__name__}"
+        )
     require_categorical(data, name)
     if workload.sizes != data.domain.sizes:
         raise ValueError("workload was built for a different domain than the data's")

@@ -14,7 +14,8 @@ from jaxdp import evaluate, loop
 from jaxdp.domain import Dataset
 from jaxdp.families import GEM, MW, PEP, RAP
 from jaxdp.queries import all_kway, marginal_counts
-from jaxdp.selection import L1Error, MaxError, QueryError
+from jaxdp.selection import L1Error, MaxError, QueryError, Rule, l1_errors
+from jaxdp.types import pytree_dataclass
 
 from .conftest import tiny_dataset
 
@@ -77,13 +78,34 @@ def test_a_histogram_family_takes_several_marginals_a_round():
     assert error["max_abs"] < 5e-3
 
 
+@pytree_dataclass
+class MeanError(Rule):
+    """A rule of one's own: a marginal's mean absolute cell error. A replaced record moves two
+    cells by 1/n each, so the mean over c >= 2 cells moves by at most 2 / (c n) <= 1/n."""
+
+    def scores(self, true_answers, current, workload):
+        cells = jnp.asarray(workload.cells, jnp.float32)
+        return l1_errors(true_answers, current, workload) / cells
+
+
+def test_a_rule_of_ones_own_composes():
+    data = tiny_dataset(n=300)
+    workload = all_kway(data.domain.sizes, 2)
+    mech = jaxdp.adaptive(
+        data, workload, select=MeanError(k=2), family=RAP(n_rows=30, max_steps=5), rounds=2, rho=0.5
+    )
+    assert mech.plan.charges[0].sensitivity == 1.0 / len(data)
+    result = loop.run(mech, jax.random.key(2))
+    assert jaxdp.rho_spent(result.ledger) == pytest.approx(0.5, rel=1e-6)
+
+
 def test_refusals():
     data = tiny_dataset()
     workload = all_kway(data.domain.sizes, 2)
     budget = {"epsilon": 1.0, "delta": 1e-6}
     with pytest.raises(ValueError, match="3 x 3 exceeds the 6 marginals"):
         jaxdp.adaptive(data, workload, select=MaxError(k=3), family=PEP(), rounds=3, **budget)
-    with pytest.raises(TypeError, match="select must be a rule"):
+    with pytest.raises(TypeError, match=r"select must be a jaxdp\.selection\.Rule"):
         jaxdp.adaptive(data, workload, select="max", family=PEP(), rounds=2, **budget)
     with pytest.raises(TypeError, match="family must be a family"):
         jaxdp.adaptive(data, workload, select=MaxError(), family="pep", rounds=2, **budget)
