@@ -51,7 +51,7 @@ def factories(quick: bool) -> dict:
 def own_answers(mech, state):
     if hasattr(mech, "synthetic_answers"):  # DualQuery, FEM
         return mech.synthetic_answers(state)
-    return mech.support.answers(mech.distribution(state))
+    return mech.answers(state)
 
 
 def check_claims(rows: list[dict], records: list[dict]) -> None:

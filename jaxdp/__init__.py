@@ -7,18 +7,21 @@ jit and returns the final state with an audited ledger; `release` turns the stat
 
 import logging
 
-from jaxdp import accounting, audit, datasets, keys, noise, queries
+from jaxdp import accounting, audit, datasets, families, keys, measurement, noise, queries, selection
+from jaxdp._version import __version__
 from jaxdp.accounting import BudgetExceededError, Plan
 from jaxdp.api import MechanismSpec, Result, register, synthesize
-from jaxdp.audit import AuditError, LedgerEntry, rho_spent
 from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_csv, write_csv
 from jaxdp.evaluate import answer_errors, workload_errors
 from jaxdp.keys import secure_root_key
-from jaxdp.loop import RunResult, release, run
+from jaxdp.ledger import AuditError, LedgerEntry, rho_spent
+from jaxdp.loop import ManyResult, RunResult, jit_step, release, run, run_many
 from jaxdp.mechanisms import (
     AIM,
+    Adaptive,
     Gaussian,
     Independent,
+    adaptive,
     aim,
     aim_gem,
     dualquery,
@@ -37,13 +40,12 @@ from jaxdp.mechanisms import (
 )
 from jaxdp.types import Neighboring, Sensitive
 
-__version__ = "0.1.0"
-
 # Silent unless the application configures logging (the command line does: progress on stderr).
 logging.getLogger("jaxdp").addHandler(logging.NullHandler())
 
 __all__ = [
     "AIM",
+    "Adaptive",
     "AuditError",
     "BudgetExceededError",
     "Categorical",
@@ -53,6 +55,7 @@ __all__ = [
     "Gaussian",
     "Independent",
     "LedgerEntry",
+    "ManyResult",
     "MechanismSpec",
     "Neighboring",
     "Numeric",
@@ -62,18 +65,22 @@ __all__ = [
     "Sensitive",
     "__version__",
     "accounting",
+    "adaptive",
     "aim",
     "aim_gem",
     "answer_errors",
     "audit",
     "datasets",
     "dualquery",
+    "families",
     "fem",
     "gaussian",
     "gem",
     "gem_pub",
     "independent",
+    "jit_step",
     "keys",
+    "measurement",
     "mwem",
     "noise",
     "pep",
@@ -88,7 +95,9 @@ __all__ = [
     "release",
     "rho_spent",
     "run",
+    "run_many",
     "secure_root_key",
+    "selection",
     "synthesize",
     "workload_errors",
     "write_csv",

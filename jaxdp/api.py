@@ -13,7 +13,6 @@ line reads it too.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
 import time
@@ -25,12 +24,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxdp import loop
+from jaxdp import contract, loop
+from jaxdp._version import __version__
 from jaxdp.accounting import epsilon_from_rho
-from jaxdp.audit import LedgerEntry, rho_spent
 from jaxdp.domain import Categorical, DataError, Dataset, Domain
 from jaxdp.evaluate import answer_errors, fractions, workload_errors
 from jaxdp.keys import require_key
+from jaxdp.ledger import LedgerEntry, rho_spent
 from jaxdp.mechanisms import (
     aim,
     aim_gem,
@@ -48,6 +48,7 @@ from jaxdp.mechanisms import (
     rap_plus_plus,
     rap_softmax,
 )
+from jaxdp.mechanisms._common import as_relation
 from jaxdp.mechanisms.rap_plus import default_classes
 from jaxdp.queries import MarginalWorkload, all_kway, from_names
 from jaxdp.types import Key, Neighboring
@@ -62,8 +63,8 @@ class MechanismSpec:
 
     Attributes:
         factory: (data, workload, **budget, **options) -> mechanism, where budget is epsilon,
-            delta, relation, conversion, and options may hold rounds, public and the factory's
-            own keywords.
+            delta, conversion (and relation, for a factory with several `relations`), and
+            options may hold rounds, public, mesh and the factory's own keywords.
         rounds: default rounds when none are given (None: the factory's own default).
         one_round: the mechanism runs exactly one round (no `rounds` option).
         public: the mechanism needs a public table over the same domain.
@@ -79,6 +80,10 @@ class MechanismSpec:
             (rap++: class-conditional marginals on the schema's target).
         jit_release: compile the release (its output is an array: codes or answers); False for
             a release that returns a `Dataset` or runs host code.
+        mesh: the factory takes `mesh=` (a `jaxdp.queries.records_mesh()`) and counts the
+            records split over its devices.
+        relations: the neighbouring relations the mechanism supports; a factory supporting
+            more than one takes `relation=`, the others take none (replace-one: n public).
     """
 
     factory: Callable[..., Any]
@@ -91,6 +96,8 @@ class MechanismSpec:
     error_bounds: Callable[..., dict[str, Any]] | None = None
     jit_release: bool = True
     own_workload: bool = False
+    mesh: bool = False
+    relations: tuple[Neighboring, ...] = (Neighboring.REPLACE_ONE,)
 
 
 def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget):
@@ -151,24 +158,25 @@ def measured_workload(mechanism, workload: MarginalWorkload | None) -> MarginalW
     return mechanism.classes[0].workload if workload is None else workload
 
 
+_BOTH = (Neighboring.REPLACE_ONE, Neighboring.ADD_REMOVE)
 # Default rounds: the papers' settings on ADULT (reduced); entries without one keep their
 # factory's default (rap 10, gem 50).
 MECHANISMS: dict[str, MechanismSpec] = {
-    "independent": MechanismSpec(_independent, one_round=True),
-    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers"),
-    "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True),
-    "pep": MechanismSpec(pep, rounds=25, cap_rounds=True),
-    "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True),
-    "pep-pub": MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True),
-    "rap": MechanismSpec(rap, relaxed=True),
-    "rap-softmax": MechanismSpec(rap_softmax, relaxed=True),
-    "gem": MechanismSpec(gem, relaxed=True),
-    "gem-pub": MechanismSpec(gem_pub, relaxed=True, public=True),
+    "independent": MechanismSpec(_independent, one_round=True, mesh=True, relations=_BOTH),
+    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers", mesh=True, relations=_BOTH),
+    "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True, mesh=True),
+    "pep": MechanismSpec(pep, rounds=25, cap_rounds=True, mesh=True),
+    "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
+    "pep-pub": MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
+    "rap": MechanismSpec(rap, relaxed=True, mesh=True),
+    "rap-softmax": MechanismSpec(rap_softmax, relaxed=True, mesh=True),
+    "gem": MechanismSpec(gem, relaxed=True, mesh=True),
+    "gem-pub": MechanismSpec(gem_pub, relaxed=True, public=True, mesh=True),
     "dualquery": MechanismSpec(dualquery, rounds=100),
     "fem": MechanismSpec(fem, rounds=200),
-    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False),
+    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False, relations=_BOTH),
     "rap++": MechanismSpec(_rap_plus_plus, own_workload=True),
-    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False),
+    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False, relations=_BOTH),
 }
 # Works on any categorical domain with no dense histogram and no extra dependency, in about a
 # minute on ADULT; AIM is more accurate on small domains but needs the `pgm` extra and is slower.
@@ -300,8 +308,12 @@ def build(
             the factory.
     """
     spec = mechanism_spec(name)
+    relation = as_relation(relation)
+    if relation not in spec.relations:
+        supported = " or ".join(r.value for r in spec.relations)
+        raise ValueError(f"mechanism {name!r} supports the {supported} relation, not {relation.value}")
     if mesh is not None:
-        if "mesh" not in inspect.signature(spec.factory).parameters:
+        if not spec.mesh:
             raise ValueError(f"mechanism {name!r} does not count records over a mesh; leave mesh=None")
         options["mesh"] = mesh
     if workload is None and not spec.own_workload:
@@ -312,7 +324,9 @@ def build(
         raise ValueError(f"mechanism {name!r} uses no public data")
     if public is None and spec.public:
         raise ValueError(f"mechanism {name!r} needs a public table over the same domain")
-    budget = dict(epsilon=epsilon, delta=delta, relation=relation, conversion=conversion)
+    budget = dict(epsilon=epsilon, delta=delta, conversion=conversion)
+    if len(spec.relations) > 1:
+        budget["relation"] = relation
     if not spec.one_round:
         if rounds is None and spec.rounds is not None:
             rounds = min(spec.rounds, len(workload)) if spec.cap_rounds else spec.rounds
@@ -376,9 +390,10 @@ def execute(
     started = time.perf_counter() if started is None else started
     spec = mechanism_spec(name)
     key = require_key(key)
-    run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None)
+    # The registry's mechanisms are checked for key reuse by the test suite, not on every release.
+    run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None, check_keys=False)
     synthetic = answers = None
-    release = _release_jit if spec.jit_release and getattr(mechanism, "jittable", True) else _release
+    release = _release_jit if spec.jit_release and contract.jittable(mechanism) else _release
     if spec.releases == "answers":
         answers = np.asarray(release(mechanism, run.state, key), np.float64)
         released, n_rows = answers, int(answers.shape[0])
@@ -408,7 +423,7 @@ def execute(
         "seconds": time.perf_counter() - started,
         "rows": n_rows,
         "output": "noisy answers" if spec.releases == "answers" else "synthetic records",
-        "jaxdp_version": _version(),
+        "jaxdp_version": __version__,
     }
     bounds = None
     if spec.error_bounds is not None:
@@ -454,12 +469,6 @@ def _release(mechanism, state, key, rows=None):
 # One compiled program per release shape: sampling op by op compiles every small op separately
 # (half a minute for GEM on ADULT on a 2-core CPU).
 _release_jit = jax.jit(_release, static_argnums=3)
-
-
-def _version() -> str:
-    from jaxdp import __version__  # the package's single source, read late: jaxdp imports this module
-
-    return __version__
 
 
 def release_errors(real: Dataset, result: Result, workload: MarginalWorkload) -> dict[str, Any]:

@@ -1,107 +1,30 @@
-"""The privacy ledger and its audit.
+"""The audit of a run: its ledger checked against the plan (`jaxdp.ledger`, re-exported here),
+every key it derived, and its replay from the root key.
 
-The ledger is rebuilt on the host from the `Charge`s a mechanism put in each round's Info: one
-entry per private primitive invoked. `check_ledger` proves that every entry was paid for by the
-plan (same primitive, sensitivity, noise scale and count, compared at the float32 precision the
-draws used) and that the plan fits the budget; each entry's rho is the plan's exact float64 cost.
 `replay` re-derives every key from the root key and re-runs the mechanism to show the recorded
 output is exactly what that key produces.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Iterator
-
 import jax
 import numpy as np
 
-from jaxdp.accounting import BudgetExceededError, Plan
 from jaxdp.keys import Stream, round_key, stream_key
-from jaxdp.noise import PRIMITIVES
+from jaxdp.ledger import AuditError, LedgerEntry, check_ledger, ledger_from_info, rho_spent
+from jaxdp.loop import ManyResult, run, run_many
 from jaxdp.types import Key
 
-
-class AuditError(BudgetExceededError):
-    """The ledger does not match the plan: a draw was not paid for, or the plan was not kept."""
-
-
-@dataclasses.dataclass(frozen=True)
-class LedgerEntry:
-    """One invocation of a private primitive."""
-
-    round: int
-    primitive: str
-    sensitivity: float
-    scale: float
-    count: int
-    rho: float
-    label: str
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def _entries(info) -> Iterator[tuple[int, str, float, float, int]]:
-    for charge in info.charges:
-        primitive = np.atleast_1d(np.asarray(charge.primitive))
-        sensitivity = np.atleast_1d(np.asarray(charge.sensitivity, np.float32))
-        scale = np.atleast_1d(np.asarray(charge.scale, np.float32))
-        count = np.atleast_1d(np.asarray(charge.count))
-        for t in range(primitive.shape[0]):
-            if count[t] > 0:  # a charge with count 0 is a primitive that did not run
-                yield t, PRIMITIVES[int(primitive[t])], sensitivity[t], scale[t], int(count[t])
-
-
-def ledger_from_info(info) -> list[LedgerEntry]:
-    """Unmatched ledger (rho and label filled by `check_ledger`), in round order."""
-    rows = sorted(_entries(info), key=lambda e: e[0])
-    return [
-        LedgerEntry(t, prim, float(sens), float(scale), count, math.nan, "")
-        for t, prim, sens, scale, count in rows
-    ]
-
-
-def check_ledger(ledger: list[LedgerEntry], plan: Plan, *, complete: bool = True) -> None:
-    """Match every ledger entry to a planned charge, in place of its rho and label.
-
-    Args:
-        ledger: entries from `ledger_from_info`; their `rho` and `label` are filled in.
-        plan: the mechanism's plan.
-        complete: if True, every planned charge must have been spent exactly as planned.
-
-    Raises:
-        AuditError: an entry no planned charge pays for, or (complete) a planned charge unspent,
-            or a plan over its budget.
-    """
-    plan.check()
-    remaining = [c.times for c in plan.charges]
-    for i, entry in enumerate(ledger):
-        for j, c in enumerate(plan.charges):
-            if (
-                remaining[j] > 0
-                and c.primitive == entry.primitive
-                and c.count == entry.count
-                and np.float32(c.sensitivity) == np.float32(entry.sensitivity)
-                and np.float32(c.scale) == np.float32(entry.scale)
-            ):
-                remaining[j] -= 1
-                ledger[i] = dataclasses.replace(entry, rho=c.rho / c.times, label=c.label)
-                break
-        else:
-            raise AuditError(
-                f"round {entry.round}: {entry.primitive} (sensitivity {entry.sensitivity:.6g}, "
-                f"scale {entry.scale:.6g}, count {entry.count}) is not in the plan"
-            )
-    if complete and any(remaining):
-        unspent = [c.label for c, r in zip(plan.charges, remaining, strict=True) if r]
-        raise AuditError(f"planned charges not spent as planned: {unspent}")
-
-
-def rho_spent(ledger: list[LedgerEntry]) -> float:
-    """Total rho of a checked ledger (exact float64 sum)."""
-    return math.fsum(e.rho for e in ledger)
+__all__ = [
+    "AuditError",
+    "LedgerEntry",
+    "check_ledger",
+    "derived_keys",
+    "ledger_from_info",
+    "replay",
+    "replay_many",
+    "rho_spent",
+]
 
 
 def derived_keys(root: Key, rounds: int) -> dict[tuple[str, int, str], Key]:
@@ -121,13 +44,29 @@ def derived_keys(root: Key, rounds: int) -> dict[tuple[str, int, str], Key]:
 
 
 def replay(mechanism, key: Key, result) -> bool:
-    """Re-run `mechanism` from `key` and report whether state and Info are bit-identical."""
-    from jaxdp.loop import run  # the loop builds on this module; import at call time
+    """Re-run `mechanism` from `key` and report whether state and Info are bit-identical.
 
-    again = run(mechanism, key, int(np.asarray(jax.tree_util.tree_leaves(result.info)[0]).shape[0]))
-    same = jax.tree_util.tree_map(
-        lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))),
-        (result.state, result.info),
-        (again.state, again.info),
-    )
+    `result` is a `RunResult`: from `run`, or one seed of a `run_many` that looped
+    (`ManyResult.seed(i)`, replayed with `keys[i]`)."""
+    again = run(mechanism, key, _rounds_run(result.info))
+    return _identical((result.state, result.info), (again.state, again.info))
+
+
+def replay_many(mechanism, keys: Key, result: ManyResult) -> list[bool]:
+    """Re-run `run_many` from the same keys and batching; for each seed, whether its state and
+    Info are bit-identical (a "vmap" batch is reproducible as a batch, not seed by seed)."""
+    rounds = _rounds_run(result.seed(0).info)
+    again = run_many(mechanism, keys, rounds, batching=result.batching)
+    return [
+        _identical((result.seed(i).state, result.seed(i).info), (again.seed(i).state, again.seed(i).info))
+        for i in range(result.seeds)
+    ]
+
+
+def _rounds_run(info) -> int:
+    return int(np.asarray(jax.tree_util.tree_leaves(info)[0]).shape[0])
+
+
+def _identical(a, b) -> bool:
+    same = jax.tree_util.tree_map(lambda x, y: bool(np.array_equal(np.asarray(x), np.asarray(y))), a, b)
     return all(jax.tree_util.tree_leaves(same))

@@ -21,8 +21,9 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxdp import __version__, api, datasets
+from jaxdp import api, datasets
 from jaxdp._io import atomic_open
+from jaxdp._version import __version__
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError
 from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_rows

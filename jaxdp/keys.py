@@ -17,6 +17,7 @@ import enum
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.types import Key
@@ -50,6 +51,19 @@ def require_key(key: object, name: str = "key") -> Key:
     if getattr(key, "shape", ()) != ():
         raise TypeError(f"{name} must be a single key (shape ()), got shape {key.shape}")
     return key  # type: ignore[return-value]
+
+
+def require_keys(keys: object, name: str = "keys") -> Key:
+    """Return `keys` as a (seeds,) array of typed keys (one root key per seed): a key array such
+    as `jax.random.split(root, 8)`, or a sequence of single typed keys."""
+    if isinstance(keys, list | tuple):
+        keys = jnp.stack([require_key(k, f"{name}[{i}]") for i, k in enumerate(keys)]) if keys else keys
+    if not is_typed_key(keys):
+        example = "jax.random.split(jax.random.key(0), 8)"
+        raise TypeError(f"{name} must be typed JAX keys, e.g. {example}, got {type(keys).__name__}")
+    if keys.ndim != 1 or keys.shape[0] < 1:
+        raise TypeError(f"{name} must be a one-dimensional array of keys (seeds,), got shape {keys.shape}")
+    return keys  # type: ignore[return-value]
 
 
 def stream_key(key: Key, stream: Stream) -> Key:

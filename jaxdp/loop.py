@@ -1,7 +1,17 @@
 """The driver: runs a mechanism's rounds from a root key. This is the jit boundary.
 
-Jittable mechanisms run under `lax.scan` inside one `jax.jit`, in blocks of rounds when progress
-is reported (at most two compiled programs: the block and a shorter last block). Mechanisms that
+`run_many` runs one mechanism from many root keys (seeds) and audits each seed's ledger; by
+default the seeds run one after another (`batching="loop"`), each exactly as `run` runs it,
+which on CPU is also the fastest way (docs/architecture.md, "Many seeds").
+
+Every compiled program here takes the mechanism as an argument, so its private leaves
+(`Sensitive`) are inputs of the program, never constants baked into it; `jit_step` gives the
+same for a single step. `run` checks key reuse by default (`check_keys`): a key handed to two
+private primitives is caught while tracing (`jax.errors.KeyReuseError`).
+
+A mechanism is anything meeting `jaxdp.contract.Mechanism` (checked before it runs). Jittable
+mechanisms run under `lax.scan` inside one `jax.jit`, in blocks of rounds when progress is
+reported (at most two compiled programs: the block and a shorter last block). Mechanisms that
 declare `jittable = False` (data-dependent shapes, host solvers) run in a Python loop with the
 same `step(state, key)` contract and the same keys. Such a mechanism may also adapt its budget
 (a privacy filter, as AIM does): it then offers `finished(state)`, which ends the loop early, and
@@ -10,6 +20,8 @@ same `step(state, key)` contract and the same keys. Such a mechanism may also ad
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -18,15 +30,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks
+from jaxdp import _checks, contract
 from jaxdp.accounting import BudgetExceededError
-from jaxdp.audit import LedgerEntry, check_ledger, ledger_from_info
-from jaxdp.keys import Stream, require_key, round_key, stream_key
+from jaxdp.contract import realised_plan
+from jaxdp.keys import Stream, require_key, require_keys, round_key, stream_key
+from jaxdp.ledger import LedgerEntry, check_ledger, ledger_from_info
 from jaxdp.types import Key
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
+BATCHINGS = ("loop", "vmap")
 
 
 class RunResult(NamedTuple):
@@ -40,9 +54,24 @@ class RunResult(NamedTuple):
 
 def _scan_rounds(mechanism, state, key: Key, first: jax.Array, length: int):
     def body(carry, t):
-        return mechanism.step(carry, round_key(key, t))
+        state, info = mechanism.step(carry, round_key(key, t))
+        _check_state_shapes(carry, state)  # at trace time, as the Info: structure, not values
+        return state, contract.check_info(info)
 
     return jax.lax.scan(body, state, first + jnp.arange(length, dtype=jnp.int32))
+
+
+def _check_state_shapes(before, after) -> None:
+    """A compiled step keeps the state's pytree, shapes and dtypes (fixed-shape buffers)."""
+    import chex  # on the first trace only, so that `import jaxdp` stays fast
+
+    try:
+        chex.assert_trees_all_equal_shapes_and_dtypes(before, after)
+    except (AssertionError, ValueError) as err:
+        raise contract.ContractError(
+            f"step must return a state of the same structure, shapes and dtypes as the one it was given "
+            f"(preallocated buffers and a mask, so that the rounds compile to one scan): {err}"
+        ) from None
 
 
 _scan_jit = jax.jit(_scan_rounds, static_argnames="length")
@@ -56,43 +85,65 @@ def run(
     *,
     progress: Progress | bool | None = None,
     blocks: int = 10,
+    check_keys: bool = True,
 ) -> RunResult:
     """Run `rounds` rounds (default: all the mechanism planned) from the root key.
 
     Args:
-        mechanism: an object with init/step/release and `rounds`, `plan` attributes.
+        mechanism: meets `jaxdp.contract.Mechanism` (ContractError naming what it lacks if not).
         key: the root key (secret: it determines every draw).
         rounds: rounds to run; never more than the mechanism planned.
         progress: optional callback(rounds_done, rounds_total) called between blocks, or True
             to report only through the "jaxdp.loop" logger (one INFO line per block).
         blocks: number of blocks the rounds are split into when `progress` is given.
+        check_keys: run under `jax.debug_key_reuse(True)`, so that a key consumed twice (e.g. a
+            round's SELECT key handed to the measurement too) raises `jax.errors.KeyReuseError`
+            while tracing, before anything runs on the data. False leaves JAX's setting as it
+            is: `jaxdp.synthesize` does so for the registry's mechanisms, whose key use the
+            test suite checks with the same flag on.
 
     Returns:
         RunResult with the final state, stacked Info and the checked ledger.
 
     Raises:
+        ContractError: the mechanism or its Info does not meet the contract.
+        KeyReuseError: a key was consumed twice (with `check_keys`).
         BudgetExceededError: more rounds than planned, or a ledger that does not match the plan.
+
+    Privacy:
+        The ledger is rebuilt from the charges of every round and matched, entry by entry, with
+        the mechanism's plan (or the charges its privacy filter decided on); a mismatch raises.
     """
+    mechanism = contract.check_mechanism(mechanism)
     key = require_key(key)
+    rounds = _rounds(mechanism, rounds)
+    with _key_reuse_checked(check_keys):
+        if contract.jittable(mechanism):
+            state, info = _run_jitted(mechanism, key, rounds, progress, blocks)
+        else:
+            state, info = _run_python(mechanism, key, rounds, progress)
+    return RunResult(
+        state, info, _audited_ledger(mechanism, state, info, complete=rounds == mechanism.rounds)
+    )
+
+
+def _rounds(mechanism, rounds: int | None) -> int:
+    """The rounds to run: all that were planned by default, never more."""
     planned = mechanism.rounds
     rounds = planned if rounds is None else _checks.positive_int(rounds, "rounds")
     if rounds > planned:
         raise BudgetExceededError(f"rounds={rounds} exceeds the {planned} rounds the plan pays for")
-    if getattr(mechanism, "jittable", True):
-        state, info = _run_jitted(mechanism, key, rounds, progress, blocks)
-    else:
-        state, info = _run_python(mechanism, key, rounds, progress)
+    return rounds
+
+
+def _audited_ledger(mechanism, state, info, *, complete: bool) -> list[LedgerEntry]:
     ledger = ledger_from_info(info)
-    check_ledger(ledger, realised_plan(mechanism, state), complete=rounds == planned)
-    return RunResult(state, info, ledger)
+    check_ledger(ledger, realised_plan(mechanism, state), complete=complete)
+    return ledger
 
 
-def realised_plan(mechanism, state):
-    """The plan a run is audited against: the factory's fixed plan, or, for a mechanism with a
-    privacy filter, the charges it decided on during the run (each within the budget)."""
-    if hasattr(mechanism, "realised_plan"):
-        return mechanism.realised_plan(state)
-    return mechanism.plan
+def _key_reuse_checked(check: bool):
+    return jax.debug_key_reuse(True) if check else contextlib.nullcontext()
 
 
 def _block_sizes(rounds: int, progress: Progress | bool | None, blocks: int) -> list[int]:
@@ -121,12 +172,11 @@ def _run_jitted(mechanism, key, rounds, progress, blocks):
 def _run_python(mechanism, key, rounds, progress):
     state = mechanism.init(stream_key(key, Stream.INIT))
     infos = []
-    finished = getattr(mechanism, "finished", lambda _: False)
     for t in range(rounds):
         state, info = mechanism.step(state, round_key(key, t))
-        infos.append(info)
+        infos.append(contract.check_info(info))
         _report(progress, t + 1, rounds)
-        if finished(state):
+        if contract.finished(mechanism, state):
             break
     info = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *infos)
     return state, info
@@ -136,6 +186,150 @@ def _report(progress: Progress | bool | None, done: int, total: int) -> None:
     logger.info("round %d/%d", done, total)
     if callable(progress):
         progress(done, total)
+
+
+class ManyResult(NamedTuple):
+    """What `run_many` returns.
+
+    Attributes:
+        state: each seed's final state, its leaves stacked on a leading (seeds,) axis; for a
+            mechanism that runs as a Python loop (`jittable = False`, AIM), whose states need
+            not share shapes, a tuple with one state per seed.
+        info: each seed's Info stacked over rounds, then over seeds: (seeds, rounds, ...)
+            leaves (a tuple per seed for a Python-loop mechanism, whose rounds may differ).
+        ledgers: one ledger per seed, each checked against the plan as `run` checks one.
+        batching: how the seeds ran, "loop" or "vmap" (see `run_many`).
+        stacked: whether state and Info are stacked (False: tuples of per-seed values).
+    """
+
+    state: Any
+    info: Any
+    ledgers: tuple[list[LedgerEntry], ...]
+    batching: str
+    stacked: bool = True
+
+    @property
+    def seeds(self) -> int:
+        return len(self.ledgers)
+
+    def seed(self, i: int) -> RunResult:
+        """Seed i's run, as `run` returns one."""
+        if self.stacked:
+            state, info = jax.tree_util.tree_map(lambda x: x[i], (self.state, self.info))
+        else:
+            state, info = self.state[i], self.info[i]
+        return RunResult(state, info, self.ledgers[i])
+
+
+def run_many(
+    mechanism,
+    keys: Key,
+    rounds: int | None = None,
+    *,
+    batching: str = "loop",
+    check_keys: bool = True,
+) -> ManyResult:
+    """Run one mechanism from many root keys (seeds), auditing each seed's ledger.
+
+    Args:
+        mechanism: meets `jaxdp.contract.Mechanism`.
+        keys: (seeds,) root keys, e.g. `jax.random.split(jax.random.key(0), 8)`; each as secret
+            as a single run's key.
+        rounds: rounds per seed (default: all the mechanism planned).
+        batching: "loop" (default): the seeds run one after another through `run`'s compiled
+            program, so seed i's state, Info, ledger and release are exactly those of
+            `run(mechanism, keys[i])` and `audit.replay` reproduces any seed. "vmap": one
+            program vmapped over the keys. Its seeds are private runs like any other (each
+            ledger is audited), but batched kernels round floats differently, and a rounding
+            difference can change an exact selection, so a seed need not equal
+            `run(mechanism, keys[i])`; `audit.replay_many` replays the batch. On the 2-core CPU
+            it was slower than the loop for every mechanism measured (docs/architecture.md).
+            A mechanism with `jittable = False` (AIM) always runs as a loop: asking it for
+            "vmap" logs a warning and loops.
+        check_keys: as for `run`.
+
+    Returns:
+        ManyResult with the stacked states and Info and one audited ledger per seed.
+
+    Raises:
+        As `run`, for any seed.
+
+    Privacy:
+        Each seed is a separate run with its own root key, audited against the plan on its own:
+        releasing the outputs of several seeds of the same data composes their costs.
+    """
+    mechanism = contract.check_mechanism(mechanism)
+    keys = require_keys(keys)
+    rounds = _rounds(mechanism, rounds)
+    _checks.one_of(batching, BATCHINGS, "batching")
+    jittable = contract.jittable(mechanism)
+    if batching == "vmap" and not jittable:
+        logger.warning(
+            "%s runs as a Python loop (jittable = False): run_many runs its %d seeds one after another",
+            type(mechanism).__name__,
+            keys.shape[0],
+        )
+        batching = "loop"
+    if batching == "loop":
+        runs = [run(mechanism, key, rounds, check_keys=check_keys) for key in keys]
+        ledgers = tuple(r.ledger for r in runs)
+        if not jittable:
+            states, infos = tuple(r.state for r in runs), tuple(r.info for r in runs)
+            return ManyResult(states, infos, ledgers, batching, stacked=False)
+        state, info = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[(r.state, r.info) for r in runs])
+        return ManyResult(state, info, ledgers, batching)
+    with _key_reuse_checked(check_keys):
+        state, info = _vmap_jit(mechanism, keys, rounds)
+    complete = rounds == mechanism.rounds
+    ledgers = tuple(
+        _audited_ledger(
+            mechanism, *jax.tree_util.tree_map(lambda x, i=i: x[i], (state, info)), complete=complete
+        )
+        for i in range(keys.shape[0])
+    )
+    return ManyResult(state, info, ledgers, batching)
+
+
+def _seeds_vmapped(mechanism, keys, rounds: int):
+    def one(key):
+        state = mechanism.init(stream_key(key, Stream.INIT))
+        return _scan_rounds(mechanism, state, key, jnp.zeros((), jnp.int32), rounds)
+
+    return jax.vmap(one)(keys)
+
+
+_vmap_jit = jax.jit(_seeds_vmapped, static_argnames="rounds")
+
+
+@jax.jit
+def _step_jit(mechanism, state, key):
+    state, info = mechanism.step(state, key)
+    return state, contract.check_info(info)
+
+
+def jit_step(mechanism) -> Callable[[Any, Key], tuple[Any, Any]]:
+    """A compiled `step(state, key) -> (state, info)` of `mechanism`, for stepping by hand.
+
+    The mechanism is an argument of the compiled program (`functools.partial` of one jitted
+    function), never a closure: its `Sensitive` leaves enter each call as inputs. Writing
+    `jax.jit(mechanism.step)` instead closes over the bound mechanism, and its private values
+    become constants of the compiled program (visible in its text, kept in caches).
+
+    Args:
+        mechanism: a jittable mechanism (`jaxdp.contract`).
+
+    Returns:
+        step(state, key): one round; `key` is the round's key (`jaxdp.keys.round_key(root, t)`).
+
+    Raises:
+        ContractError: the mechanism does not meet the contract; ValueError: it is not jittable.
+    """
+    mechanism = contract.check_mechanism(mechanism)
+    if not contract.jittable(mechanism):
+        raise ValueError(
+            f"{type(mechanism).__name__} is not jittable (jittable = False): call its step directly"
+        )
+    return functools.partial(_step_jit, mechanism)
 
 
 def release(mechanism, state, key: Key, **kwargs):

@@ -1,25 +1,41 @@
-"""Private selection of what to measure next, shared by every adaptive mechanism.
+"""Selection rules: the private "select" step of Adaptive Measurements, as public parts.
 
-Two rules over a marginal workload, both the exponential mechanism via `noise.select`: exact on
-scores quantised to a public grid (noise="discrete") or Gumbel-max on score / scale ("float"):
+A rule scores every candidate of a marginal workload (its marginals, or its single counting
+queries) by the error of the current synthetic answers against the true ones, and picks k of them
+with the exponential mechanism (`noise.select` for k = 1; k without replacement, report-noisy-
+top-k, by `noise.select_top_k` otherwise): exact on scores quantised to a public grid by default
+(noise="discrete"), Gumbel-max under noise="float".
 
-- `select_marginal` (the marginal trick, GEM/PEP Appendix A.1): the score of a marginal is its
-  largest cell error |a_c(P) - a_c(D)|; a whole marginal is then measured.
-- `select_query`: the score of a single counting query is its error; one query is measured.
+- `MaxError`: marginals by their largest cell error (the marginal trick; MWEM, PEP, RAP, GEM);
+  sensitivity 1/n.
+- `L1Error`: marginals by the sum of their cell errors (AIM's quality score without its weights
+  and noise penalty); sensitivity 2/n.
+- `QueryError`: single counting queries by their error (MWEM and PEP without the marginal
+  trick); sensitivity 1/n.
 
-Score sensitivity: a record moves each cell fraction by at most 1/n under replace-one (n
-public), and each count by at most 1 under add/remove, so the error of a cell, and the maximum
-over the cells of a marginal, move by at most that much (`score_sensitivity`).
+A rule is built with its settings (`k`) and calibrated by `jaxdp.adaptive` (or a preset): its
+scale follows from the round's selection budget and the score sensitivity under the relation. A
+new rule subclasses `Rule` (decorated with `jaxdp.types.pytree_dataclass`) with its `scores`, the
+`unit_sensitivity` of its score (times 1/n) and its `candidates` ("marginals" or "queries").
+The true answers are fractions, counts / n with n public (replace-one): a replaced record moves
+each fraction by at most 1/n, so each cell error, their maximum, and a query's error move by at
+most 1/n, and a marginal's L1 error by at most 2/n (one cell loses the record, one gains it).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 
 from jaxdp import noise as noise_module
+from jaxdp.accounting import SELECT_PRIMITIVE, TOP_K_PRIMITIVE, PlannedCharge, gumbel_scale
 from jaxdp.queries import MarginalWorkload
-from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive
+from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
+
+MARGINALS = "marginals"
+QUERIES = "queries"
 
 
 def score_sensitivity(relation: Neighboring, n_records: int) -> float:
@@ -34,55 +50,119 @@ def max_cell_errors(true_answers: Array, synthetic_answers: Array, workload: Mar
     return jax.ops.segment_max(errors, segments, num_segments=len(workload), indices_are_sorted=True)
 
 
-def select_marginal(
-    key: Key,
-    true_answers: Sensitive,
-    synthetic_answers: Array,
-    workload: MarginalWorkload,
-    eligible: Array,
-    *,
-    scale: float,
-    sensitivity: float,
-    noise: str,
-) -> tuple[Array, Charge]:
-    """Pick a marginal with large error (exponential mechanism on the max cell error).
+def l1_errors(true_answers: Array, synthetic_answers: Array, workload: MarginalWorkload) -> Array:
+    """(n_marginals,) the L1 distance between the true and synthetic answers of each marginal."""
+    errors = jnp.abs(true_answers - synthetic_answers)
+    segments = jnp.asarray(workload.marginal_of_query())
+    return jax.ops.segment_sum(errors, segments, num_segments=len(workload), indices_are_sorted=True)
+
+
+@pytree_dataclass
+class Rule:
+    """What every rule shares: k picks per round, calibration, and the private draw."""
+
+    k: int = static_field(default=1)
+    scale: float | None = static_field(default=None)
+    sensitivity: float | None = static_field(default=None)
+    noise: str = static_field(default="discrete")
+
+    candidates = MARGINALS
+    unit_sensitivity = 1.0  # in fractions, times 1/n
+
+    def scores(self, true_answers: Array, current: Array, workload: MarginalWorkload) -> Array:
+        """(n_candidates,) the score of each candidate (higher: more worth measuring), from the
+        true answers in fractions; it must move by at most unit_sensitivity / n between
+        neighbouring datasets."""
+        raise NotImplementedError
+
+    def n_candidates(self, workload: MarginalWorkload) -> int:
+        return len(workload) if self.candidates == MARGINALS else workload.n_queries
+
+    def calibrate(self, rho: float, n_records: int, noise: str, times: int):
+        """(this rule with its scale fixed to spend `rho` per round, its planned charge).
+
+        Privacy:
+            k exponential mechanisms at epsilon = 2 sensitivity / scale each, k epsilon^2 / 8
+            zCDP per round (Cesar & Rogers 2021), `times` rounds.
+        """
+        sensitivity = self.unit_sensitivity / n_records
+        scale = gumbel_scale(sensitivity, rho, count=self.k)
+        primitive = (SELECT_PRIMITIVE if self.k == 1 else TOP_K_PRIMITIVE)[noise]
+        charge = PlannedCharge("select", primitive, sensitivity, scale, count=self.k, times=times)
+        return dataclasses.replace(self, scale=scale, sensitivity=sensitivity, noise=noise), charge
+
+    def __call__(
+        self,
+        key: Key,
+        counts: Sensitive,
+        n_records: int,
+        current: Array,
+        workload: MarginalWorkload,
+        eligible: Array,
+    ) -> tuple[Array, Charge]:
+        """Pick k eligible candidates with large error.
+
+        Args:
+            key: the round's SELECT stream key.
+            counts: private (n_queries,) int32 true counts of the workload.
+            n_records: n (public under replace-one): the answers are counts / n.
+            current: (n_queries,) answers of the current synthetic distribution (fractions).
+            workload: the marginals.
+            eligible: (n_candidates,) bool, e.g. not measured yet; at least k True.
+
+        Returns:
+            ((k,) int32 candidate indices, Charge).
+
+        Privacy:
+            Reads the true counts through the scores; k exponential mechanisms (see `calibrate`).
+        """
+        scores = counts.map(lambda c: self.scores(c / n_records, current, workload))
+        if self.k == 1:
+            chosen, charge = noise_module.select(
+                key, scores, scale=self.scale, sensitivity=self.sensitivity, noise=self.noise, mask=eligible
+            )
+            return chosen[None], charge
+        return noise_module.select_top_k(
+            key,
+            scores,
+            k=self.k,
+            scale=self.scale,
+            sensitivity=self.sensitivity,
+            noise=self.noise,
+            mask=eligible,
+        )
+
+
+@pytree_dataclass
+class MaxError(Rule):
+    """Marginals scored by their largest cell error (the marginal trick; MWEM, PEP, RAP, GEM).
 
     Args:
-        key: SELECT stream key of the round.
-        true_answers: private (workload.n_queries,) answers in the mechanism's units.
-        synthetic_answers: (workload.n_queries,) answers of the current synthetic distribution.
-        workload: the marginals.
-        eligible: (n_marginals,) bool; e.g. not measured yet. At least one must be True.
-        scale: 2 sensitivity / epsilon, fixed by the plan (`accounting.gumbel_scale`).
-        sensitivity: `score_sensitivity(relation, n)`.
-        noise: "discrete" (exact exponential mechanism) or "float" (Gumbel-max), `noise.NOISES`.
-
-    Returns:
-        (int32 marginal index, Charge).
-
-    Privacy:
-        Exponential mechanism, epsilon = 2 sensitivity / scale, epsilon^2 / 8 zCDP.
+        k: marginals picked per round (k > 1: report-noisy-top-k without replacement).
     """
-    scores = true_answers.map(max_cell_errors, synthetic_answers, workload)
-    return noise_module.select(key, scores, scale=scale, sensitivity=sensitivity, noise=noise, mask=eligible)
+
+    def scores(self, true_answers, current, workload):
+        return max_cell_errors(true_answers, current, workload)
 
 
-def select_query(
-    key: Key,
-    true_answers: Sensitive,
-    synthetic_answers: Array,
-    eligible: Array,
-    *,
-    scale: float,
-    sensitivity: float,
-    noise: str,
-) -> tuple[Array, Charge]:
-    """Pick a single counting query with large error (exponential mechanism on |error|).
+@pytree_dataclass
+class L1Error(Rule):
+    """Marginals scored by their L1 error, sum over cells of |true - synthetic| (AIM's quality
+    score without its per-marginal weights and noise penalty). Sensitivity 2/n."""
 
-    Args as for `select_marginal`, with `eligible` of shape (n_queries,).
+    unit_sensitivity = 2.0
 
-    Privacy:
-        Exponential mechanism, epsilon = 2 sensitivity / scale, epsilon^2 / 8 zCDP.
-    """
-    scores = true_answers.map(lambda a: jnp.abs(a - synthetic_answers))
-    return noise_module.select(key, scores, scale=scale, sensitivity=sensitivity, noise=noise, mask=eligible)
+    def scores(self, true_answers, current, workload):
+        return l1_errors(true_answers, current, workload)
+
+
+@pytree_dataclass
+class QueryError(Rule):
+    """Single counting queries scored by their absolute error (MWEM and PEP without the marginal
+    trick)."""
+
+    candidates = QUERIES
+
+    def scores(self, true_answers, current, workload):
+        del workload
+        return jnp.abs(true_answers - current)

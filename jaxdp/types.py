@@ -1,5 +1,5 @@
 """Shared types: array aliases, the neighbouring relation, the `Sensitive` taint and the
-mechanism protocol.
+primitives' `Charge` (the mechanism contract is `jaxdp.contract`).
 
 `Sensitive` marks a value computed from the private data. It is a pytree whose only leaf is the
 value, so `jax.jit` receives it as an argument and never bakes it into a compiled program as a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 
@@ -106,15 +106,3 @@ class Charge(NamedTuple):
     sensitivity: Array
     scale: Array
     count: Array
-
-
-class Mechanism(Protocol):
-    """The shape every mechanism has (see DESIGN.md section 3)."""
-
-    relation: Neighboring
-
-    def init(self, key: Key) -> Any: ...
-
-    def step(self, state: Any, key: Key) -> tuple[Any, Any]: ...
-
-    def release(self, state: Any, key: Key) -> Any: ...

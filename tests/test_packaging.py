@@ -22,7 +22,7 @@ TEXT_SUFFIXES = {".md", ".rst", ".txt", ".py", ".sh", ".toml", ".cfg", ".json", 
 def test_the_version_has_one_source_and_a_changelog_entry():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "jaxdp.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "jaxdp._version.__version__"}
     assert f"## {jaxdp.__version__}" in (ROOT / "CHANGELOG.md").read_text()
 
 

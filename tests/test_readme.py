@@ -17,3 +17,25 @@ def test_python_example_runs(capsys):
 def test_readme_names_the_test_command_ci_runs():
     ci = (README.parent / ".ci" / "run").read_text()
     assert "python -m pytest" in README.read_text() and "python -m pytest" in ci
+
+
+def _section_code(title: str) -> str:
+    text = README.read_text()
+    section = text[text.index(f"### {title}") :]
+    return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+
+
+def test_compose_example_fits_in_25_lines_and_runs(capsys):
+    code = _section_code("Compose a mechanism")
+    body = [line for line in code.splitlines() if line.strip() and not line.startswith(("import ", "from "))]
+    assert len(body) <= 25
+    smoke = {"jax.random.key(0), 8)": "jax.random.key(0), 2)", "rounds=10": "rounds=2"}
+    for full, small in smoke.items():
+        assert full in code
+        code = code.replace(full, small)
+    exec(compile(code, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["seed 0", "seed 1"]
+    for line in lines:  # every seed spent its whole plan, audited, and reports an error
+        spent, budget = re.search(r"rho spent ([0-9.]+) of ([0-9.]+)", line).groups()
+        assert spent == budget and 0 < float(re.search(r"max error ([0-9.]+)", line).group(1)) < 1

@@ -1,7 +1,10 @@
-"""Mechanisms: each a frozen pytree with init/step/release, built by a validating factory."""
+"""Mechanisms: each a frozen pytree with init/step/release, built by a validating factory.
 
-from jaxdp.mechanisms._histogram import AdaptiveHistogram
-from jaxdp.mechanisms._relaxed import RelaxedAdaptive
+`adaptive` composes a selection rule, the measurement and a family into a mechanism; MWEM, PEP,
+PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM and GEM-Pub are its presets.
+"""
+
+from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, adaptive
 from jaxdp.mechanisms.aim import AIM, aim
 from jaxdp.mechanisms.aim_gem import AimGem, aim_gem
 from jaxdp.mechanisms.dualquery import dualquery
@@ -16,14 +19,16 @@ from jaxdp.mechanisms.rap_plus import RapPlusPlus, rap_plus_plus
 
 __all__ = [
     "AIM",
-    "AdaptiveHistogram",
+    "Adaptive",
+    "AdaptiveInfo",
+    "AdaptiveState",
     "AimGem",
     "Gaussian",
     "GaussianState",
     "Independent",
     "IndependentState",
     "RapPlusPlus",
-    "RelaxedAdaptive",
+    "adaptive",
     "aim",
     "aim_gem",
     "dualquery",

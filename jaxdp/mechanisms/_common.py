@@ -16,7 +16,6 @@ from jaxdp.domain import DataError, Dataset
 from jaxdp.queries import (
     MarginalWorkload,
     marginal_counts,
-    marginal_fractions,
     shard_records,
     sharded_marginal_counts,
 )
@@ -109,28 +108,6 @@ def count_marginals(codes: Array, workload: MarginalWorkload, n_records: int, me
     if mesh is None:
         return marginal_counts(codes, workload)
     return sharded_marginal_counts(codes, workload, mesh=mesh, n_records=n_records)
-
-
-# One compiled program per workload shape, shared by every factory that answers a workload.
-fractions = jax.jit(marginal_fractions, static_argnums=1)
-
-
-def _sharded_fractions(codes: Array, workload: MarginalWorkload, mesh: Mesh, n_records: int) -> Array:
-    return count_marginals(codes, workload, n_records, mesh) / n_records
-
-
-_sharded_fractions_jit = jax.jit(_sharded_fractions, static_argnums=(1, 2, 3))
-
-
-def private_fractions(data: Dataset, workload: MarginalWorkload, mesh: Mesh | None = None) -> Sensitive:
-    """The workload's true answers as fractions (replace-one view), as a private leaf.
-
-    With a `mesh`, the records are split over its devices and counted there (one psum); the
-    answers equal the single-device ones exactly and come back replicated on the mesh.
-    """
-    if mesh is None:
-        return private_codes(data).map(fractions, workload)
-    return private_codes(data, mesh).map(_sharded_fractions_jit, workload, mesh, len(data))
 
 
 _counts_jit = jax.jit(lambda codes, workload: marginal_counts(codes, workload, jnp.int32), static_argnums=1)

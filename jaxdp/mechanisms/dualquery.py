@@ -40,7 +40,7 @@ from jaxdp.families.oracle import (
     sample_multiset,
 )
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, count_unit, make_plan, private_counts, require_categorical
+from jaxdp.mechanisms._common import count_unit, make_plan, private_counts, require_categorical
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
@@ -54,14 +54,13 @@ class DualQueryState(NamedTuple):
     """records: (rounds, n_attributes) int32 best responses (row t from round t); filled:
     (rounds,) bool; answer_sums: (n_queries,) float32 sum over the records of each query's answer;
     inexact: () int32 best responses the oracle could not prove optimal (MILP time limit);
-    rounds_done; rho_spent (cumulative planned rho)."""
+    rounds_done."""
 
     records: Array
     filled: Array
     answer_sums: Array
     inexact: Array
     rounds_done: Array
-    rho_spent: Array
 
 
 class DualQueryInfo(NamedTuple):
@@ -126,7 +125,6 @@ class DualQuery:
     scales: tuple[float, ...] = static_field()
     block_of_round: tuple[int, ...] = static_field()
     accounting_overhead: float = static_field()
-    rho_cumulative: tuple[float, ...] = static_field()
     plan: Plan = static_field()
     noise: str = static_field()
     relation: Neighboring = static_field(default=Neighboring.REPLACE_ONE)
@@ -140,7 +138,6 @@ class DualQuery:
             answer_sums=jnp.zeros(self.workload.n_queries, jnp.float32),
             inexact=jnp.zeros((), jnp.int32),
             rounds_done=jnp.zeros((), jnp.int32),
-            rho_spent=jnp.zeros((), jnp.float32),
         )
 
     def _sample(self, key: Key, scores: Sensitive, t: Array) -> tuple[Array, tuple[Charge, ...]]:
@@ -199,7 +196,6 @@ class DualQuery:
             answer_sums=state.answer_sums + record_answers(record, self.queries),
             inexact=state.inexact + jnp.sum(~optimal).astype(jnp.int32),
             rounds_done=t + 1,
-            rho_spent=jnp.asarray(self.rho_cumulative, jnp.float32)[t],
         )
         return new, DualQueryInfo(charges, sampled)
 
@@ -238,7 +234,6 @@ def dualquery(
     blocks: int = 32,
     oracle: str = "auto",
     time_limit: float | None = None,
-    relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     noise: str = "discrete",
 ) -> DualQuery:
@@ -266,12 +261,11 @@ def dualquery(
             best feasible record found is used and counted in `state.inexact` (accuracy may
             suffer, privacy does not; such a run depends on machine speed, so it is not
             replayable bit for bit).
-        relation: must be "replace-one".
         noise: "discrete" (default): exact exponential mechanisms; "float": Gumbel-max, faster
             but not exact (`jaxdp.noise`).
 
     Raises:
-        ValueError: add-remove relation, rounds < 2, bad sizes or options.
+        ValueError: rounds < 2, bad sizes or options.
         BudgetExceededError: a given learning rate that the budget cannot pay for.
 
     Privacy:
@@ -279,11 +273,6 @@ def dualquery(
     """
     plan = make_plan(epsilon, delta, rho, conversion)
     _checks.one_of(noise, noise_module.NOISES, "noise")
-    if as_relation(relation) is not Neighboring.REPLACE_ONE:
-        raise ValueError(
-            "dualquery samples with fractions (n public): relation must be 'replace-one', "
-            f"got relation={relation!r}"
-        )
     require_categorical(data, "dualquery")
     if workload.sizes != data.domain.sizes:
         raise ValueError("workload was built for a different domain than the data's")
@@ -316,7 +305,7 @@ def dualquery(
                 f"rho={math.fsum(shares):.6g}, more than the budget rho={plan.rho_budget:.6g}; "
                 + (f"at most rounds={max(fits)} fit" if fits else "no number of rounds >= 2 fits")
             )
-    sensitivities, scales, per_round = [], [], [0.0]
+    sensitivities, scales = [], []
     block_of_round = [0] * rounds
     for b, (members, share) in enumerate(zip(layout, shares, strict=True)):
         # scores t q(D) - sum_j q(x_j) move by t / n <= last / n when one record is replaced
@@ -335,7 +324,6 @@ def dualquery(
         scales.append(scale)
         for t in members:
             block_of_round[int(t)] = b + 1
-            per_round.append(samples * charge.rho / charge.times)
     plan = plan.check()
     exact = unit * eta**2 * math.fsum(float(t) ** 2 for t in range(1, rounds))
     return DualQuery(
@@ -351,7 +339,6 @@ def dualquery(
         scales=tuple(scales),
         block_of_round=tuple(block_of_round),
         accounting_overhead=plan.rho_planned / exact - 1.0,
-        rho_cumulative=tuple(float(x) for x in np.cumsum(per_round)),
         plan=plan,
         noise=noise,
     )

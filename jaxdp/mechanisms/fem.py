@@ -40,7 +40,7 @@ from jaxdp.families.oracle import (
     sample_multiset,
 )
 from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import as_relation, count_unit, make_plan, private_counts, require_categorical
+from jaxdp.mechanisms._common import count_unit, make_plan, private_counts, require_categorical
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
@@ -56,7 +56,7 @@ class FEMState(NamedTuple):
     the signed number of times each query was selected (+1 for q, -1 for not-q): the leader's
     objective; answer_sums: (n_queries,) float32 sum over the records of each query's answer;
     inexact: () int32 best responses the oracle could not prove optimal (MILP time limit);
-    rounds_done; rho_spent (cumulative planned rho)."""
+    rounds_done."""
 
     records: Array
     filled: Array
@@ -64,7 +64,6 @@ class FEMState(NamedTuple):
     answer_sums: Array
     inexact: Array
     rounds_done: Array
-    rho_spent: Array
 
 
 class FEMInfo(NamedTuple):
@@ -107,7 +106,6 @@ class FEM:
     perturbation: float = static_field()
     select_scale: float = static_field()
     select_sensitivity: float = static_field()
-    rho_cumulative: tuple[float, ...] = static_field()
     plan: Plan = static_field()
     noise: str = static_field()
     relation: Neighboring = static_field(default=Neighboring.REPLACE_ONE)
@@ -122,7 +120,6 @@ class FEM:
             answer_sums=jnp.zeros(self.workload.n_queries, jnp.float32),
             inexact=jnp.zeros((), jnp.int32),
             rounds_done=jnp.zeros((), jnp.int32),
-            rho_spent=jnp.zeros((), jnp.float32),
         )
 
     def step(self, state: FEMState, key: Key) -> tuple[FEMState, FEMInfo]:
@@ -159,7 +156,6 @@ class FEM:
             answer_sums=state.answer_sums + answers.sum(axis=0),
             inexact=state.inexact + jnp.sum(~optimal).astype(jnp.int32),
             rounds_done=t + 1,
-            rho_spent=jnp.asarray(self.rho_cumulative, jnp.float32)[t],
         )
         return new, FEMInfo((charge,), chosen)
 
@@ -187,7 +183,6 @@ def fem(
     perturbation: float = 1.0,
     oracle: str = "auto",
     time_limit: float | None = None,
-    relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     noise: str = "discrete",
 ) -> FEM:
@@ -209,23 +204,17 @@ def fem(
             best feasible record found is used and counted in `state.inexact` (accuracy may
             suffer, privacy does not; such a run depends on machine speed, so it is not
             replayable bit for bit).
-        relation: must be "replace-one".
         noise: "discrete" (default): the exact exponential mechanism; "float": Gumbel-max,
             faster but not exact (`jaxdp.noise`).
 
     Raises:
-        ValueError: add-remove relation, bad sizes or options.
+        ValueError: bad sizes or options.
 
     Privacy:
         See `FEM`: rho-zCDP in total under replace-one.
     """
     plan = make_plan(epsilon, delta, rho, conversion)
     _checks.one_of(noise, noise_module.NOISES, "noise")
-    if as_relation(relation) is not Neighboring.REPLACE_ONE:
-        raise ValueError(
-            "fem selects with fractions (n public): relation must be 'replace-one', "
-            f"got relation={relation!r}"
-        )
     require_categorical(data, "fem")
     if workload.sizes != data.domain.sizes:
         raise ValueError("workload was built for a different domain than the data's")
@@ -240,7 +229,6 @@ def fem(
     scale = gumbel_scale(sensitivity, plan.rho_budget, rounds)
     select = PlannedCharge("select", SELECT_PRIMITIVE[noise], sensitivity, scale, times=rounds)
     plan = plan.with_charge(select).check()
-    per_round = plan.charges[0].rho / rounds
     uniform = np.concatenate([np.full(c, 1.0 / c) for c in workload.cells]).astype(np.float32)
     return FEM(
         counts=counts,
@@ -254,7 +242,6 @@ def fem(
         perturbation=perturbation,
         select_scale=scale,
         select_sensitivity=sensitivity,
-        rho_cumulative=tuple(per_round * (t + 1) for t in range(rounds)),
         plan=plan,
         noise=noise,
     )

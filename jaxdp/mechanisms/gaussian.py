@@ -31,11 +31,10 @@ from jaxdp.types import Array, Key, Neighboring, Sensitive, pytree_dataclass, st
 
 
 class GaussianState(NamedTuple):
-    """noisy_answers: (workload.n_queries,) counts or fractions; rounds_done; rho_spent."""
+    """noisy_answers: (workload.n_queries,) counts or fractions; rounds_done."""
 
     noisy_answers: Array
     rounds_done: Array
-    rho_spent: Array
 
 
 @pytree_dataclass
@@ -67,7 +66,6 @@ class Gaussian:
         return GaussianState(
             noisy_answers=jnp.zeros(self.workload.n_queries, jnp.float32),
             rounds_done=jnp.zeros((), jnp.int32),
-            rho_spent=jnp.zeros((), jnp.float32),
         )
 
     def step(self, state: GaussianState, key: Key) -> tuple[GaussianState, RoundInfo]:
@@ -80,7 +78,7 @@ class Gaussian:
             noise=self.noise,
         )
         noisy = noisy_counts * count_unit(self.relation, self.n_records)
-        new = GaussianState(noisy, state.rounds_done + 1, state.rho_spent + self.plan.rho_planned)
+        new = GaussianState(noisy, state.rounds_done + 1)
         return new, RoundInfo(charges=(charge,))
 
     def release(self, state: GaussianState, key: Key) -> Array:

@@ -1,17 +1,19 @@
-"""GEM (Liu, Vietri & Wu 2021): Generative networks with the Exponential Mechanism, and GEM-Pub.
+"""GEM (Liu, Vietri & Wu 2021): Generative networks with the Exponential Mechanism, and GEM-Pub,
+as presets of `jaxdp.adaptive`.
 
-A generator G_theta maps a fixed latent batch z (B rows) to B product distributions; each round
-one marginal is selected and measured (the marginal trick, the default for marginal workloads:
-all cells of a marginal together have L2 sensitivity sqrt(2) in counts (sqrt(2)/n in fractions),
-since a record moves at most two of them, so one measurement answers up to thousands of queries
-for sqrt(2) times the noise of a single cell; the paper's Appendix D.4 ablation shows it is far
-more accurate),
-then GEM-UPDATE runs Adam on the L1 loss over the measured queries whose error is at least
-gamma = `gamma_fraction` x EMA(beta=0.5) of the measured max errors, for at most `max_steps`
-steps. The output generator's weights are an EMA of the second half of the rounds.
+    for t = 1..T:  select a marginal with large max cell error (exponential mechanism)
+                   measure its counts (Gaussian), / n
+                   GEM-UPDATE: Adam on the L1 error of G_theta(z) over the measured queries whose
+                   error is at least gamma, until none is (or T_max steps)
+    output: records drawn from G_theta(z), theta an EMA of the second half of the rounds
 
-GEM-Pub first trains the generator, without privacy, on a public dataset's answers (possibly over
-a subset of the attributes), then runs GEM from it.
+A generator G_theta maps a fixed latent batch z (B rows) to B product distributions. One marginal
+is measured a round (the marginal trick: all cells of a marginal together have L2 sensitivity
+sqrt(2) in counts, since a record moves at most two of them, so one measurement answers up to
+thousands of queries for sqrt(2) times the noise of a single cell; the paper's Appendix D.4
+ablation shows it is far more accurate). gamma = `gamma_fraction` x EMA(beta=0.5) of the
+measured max errors. GEM-Pub first trains the generator, without privacy, on a public dataset's
+answers (possibly over a subset of the attributes), then runs GEM from it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from collections.abc import Sequence
 from jax.sharding import Mesh
 
 from jaxdp.domain import Dataset
-from jaxdp.families.generator import Generator
-from jaxdp.mechanisms._relaxed import RelaxedAdaptive, build
+from jaxdp.families.fitted import GEM
+from jaxdp.mechanisms.adaptive import Adaptive, adaptive
 from jaxdp.queries import MarginalWorkload
-from jaxdp.types import Neighboring
+from jaxdp.selection import MaxError
 
 
 def gem(
@@ -41,7 +43,6 @@ def gem(
     latent_dim: int = 128,
     learning_rate: float = 3e-4,
     max_steps: int = 100,
-    loss: str = "l1",
     gamma_fraction: float = 0.5,
     top_errors: int = 100,
     rerank_every: int = 4,
@@ -50,12 +51,11 @@ def gem(
     marginals_per_round: int = 1,
     public: Dataset | None = None,
     pretrain_steps: int = 0,
-    relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     shard_batch: bool = False,
     mesh: Mesh | None = None,
     noise: str = "discrete",
-) -> RelaxedAdaptive:
+) -> Adaptive:
     """Build GEM (defaults: the official example's settings on ADULT, except two measured choices).
 
     The official example uses learning_rate=1e-4 and re-ranks the top errors every step. On
@@ -74,7 +74,6 @@ def gem(
         latent_dim: dimension of z.
         learning_rate: Adam's step.
         max_steps: T_max, GEM-UPDATE steps per round.
-        loss: "l1" (the paper) or "l2".
         gamma_fraction: gamma as a fraction of the EMA of measured max errors (0 disables early
             stopping).
         top_errors: the L1 loss of each step covers the this many largest measured errors >=
@@ -90,7 +89,6 @@ def gem(
         public: a public dataset over the private attributes (or a subset, in the same order):
             GEM-Pub's pretraining data.
         pretrain_steps: Adam steps on the public answers before the private rounds.
-        relation: must be "replace-one".
         shard_batch: split the latent batch over every device (`batch` a multiple of the device
             count); the same computation up to float summation order. Off: the single-device
             program, unchanged.
@@ -101,38 +99,40 @@ def gem(
             float noise does not meet the stated delta; see `jaxdp.noise`).
 
     Privacy:
-        See `RelaxedAdaptive`: rho-zCDP in total, replace-one. Pretraining reads only `public`.
+        See `jaxdp.mechanisms.adaptive.Adaptive`: rho-zCDP in total, replace-one (n public).
+        Pretraining reads only `public`.
     """
-    family = Generator.of(
-        workload, hidden=hidden, latent_dim=latent_dim, batch=batch, shard_batch=shard_batch
-    )
     if public is not None and pretrain_steps < 1:
         raise ValueError("GEM-Pub needs pretrain_steps >= 1 to use the public data")
-    return build(
-        "gem-pub" if public is not None else "gem",
-        data,
-        workload,
-        family,
-        epsilon=epsilon,
-        delta=delta,
-        rho=rho,
-        rounds=rounds,
-        alpha=alpha,
-        marginals_per_round=marginals_per_round,
+    family = GEM(
         learning_rate=learning_rate,
         max_steps=max_steps,
-        loss=loss,
+        batch=batch,
+        hidden=hidden,
+        latent_dim=latent_dim,
+        shard_batch=shard_batch,
         gamma_fraction=gamma_fraction,
-        top_errors=top_errors if loss == "l1" else None,
+        top_errors=top_errors,
         rerank_every=rerank_every,
         final_learning_rate=final_learning_rate,
         ema_beta=ema_beta,
-        relation=relation,
-        conversion=conversion,
-        mesh=mesh,
-        noise=noise,
-        public=public,
         pretrain_steps=pretrain_steps,
+    )
+    return adaptive(
+        data,
+        workload,
+        select=MaxError(k=marginals_per_round),
+        family=family,
+        rounds=rounds,
+        epsilon=epsilon,
+        delta=delta,
+        rho=rho,
+        alpha=alpha,
+        public=public,
+        conversion=conversion,
+        noise=noise,
+        mesh=mesh,
+        name="gem-pub" if public is not None else "gem",
     )
 
 
@@ -144,6 +144,6 @@ def gem_pub(
     pretrain_steps: int = 1000,
     mesh: Mesh | None = None,
     **kwargs,
-) -> RelaxedAdaptive:
+) -> Adaptive:
     """GEM-Pub: pretrain on `public` (no privacy cost), then run GEM from the pretrained generator."""
     return gem(data, workload, public=public, pretrain_steps=pretrain_steps, mesh=mesh, **kwargs)

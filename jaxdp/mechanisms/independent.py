@@ -35,11 +35,10 @@ from jaxdp.types import Array, Key, Neighboring, Sensitive, pytree_dataclass, st
 
 class IndependentState(NamedTuple):
     """noisy_answers: (sum of sizes,) noisy 1-way answers (counts or fractions, per relation);
-    rounds_done: int32; rho_spent: float32."""
+    rounds_done: int32."""
 
     noisy_answers: Array
     rounds_done: Array
-    rho_spent: Array
 
 
 @pytree_dataclass
@@ -76,7 +75,6 @@ class Independent:
         return IndependentState(
             noisy_answers=jnp.zeros(sum(self.sizes), jnp.float32),
             rounds_done=jnp.zeros((), jnp.int32),
-            rho_spent=jnp.zeros((), jnp.float32),
         )
 
     def step(self, state: IndependentState, key: Key) -> tuple[IndependentState, RoundInfo]:
@@ -91,7 +89,6 @@ class Independent:
         new = IndependentState(
             noisy_answers=noisy_counts * count_unit(self.relation, self.n_records),
             rounds_done=state.rounds_done + 1,
-            rho_spent=state.rho_spent + self.plan.rho_planned,
         )
         return new, RoundInfo(charges=(charge,))
 

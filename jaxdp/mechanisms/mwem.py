@@ -1,8 +1,12 @@
-"""MWEM (Hardt, Ligett & McSherry 2012) and its public-data variant PMW-Pub (Liu et al. 2021).
+"""MWEM (Hardt, Ligett & McSherry 2012) and its public-data variant PMW-Pub (Liu et al. 2021), as
+presets of `jaxdp.adaptive`.
 
-A distribution over the whole domain (MWEM) or over a public dataset's records (PMW-Pub) is
-updated by multiplicative weights, weights *= exp((measured - current) / 2) on the measured cells
-(the original step in normalised units), optionally replaying all past measurements every round.
+    for t = 1..T:  select a marginal with large max cell error (exponential mechanism)
+                   measure its counts (Gaussian), / n
+                   weights *= exp((measured - current) / 2) on its cells; replay all past ones
+    output: the last distribution, or the average of the rounds' distributions
+
+over the whole domain (MWEM) or over a public dataset's records (PMW-Pub).
 """
 
 from __future__ import annotations
@@ -10,9 +14,10 @@ from __future__ import annotations
 from jax.sharding import Mesh
 
 from jaxdp.domain import Dataset
-from jaxdp.mechanisms._histogram import AdaptiveHistogram, build
+from jaxdp.families.histogram_update import MW
+from jaxdp.mechanisms.adaptive import Adaptive, adaptive
 from jaxdp.queries import MarginalWorkload
-from jaxdp.types import Neighboring
+from jaxdp.selection import MaxError, QueryError
 
 
 def mwem(
@@ -28,11 +33,10 @@ def mwem(
     replay_passes: int = 1,
     output: str = "last",
     public: Dataset | None = None,
-    relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     mesh: Mesh | None = None,
     noise: str = "discrete",
-) -> AdaptiveHistogram:
+) -> Adaptive:
     """Build MWEM (or PMW-Pub when `public` is given).
 
     Args:
@@ -49,7 +53,6 @@ def mwem(
             0-1) the last iterate had max error 0.035 against 0.114 for the average: the early,
             nearly uniform iterates weigh the average down.
         public: a public dataset over the same domain: PMW-Pub's support and starting point.
-        relation: must be "replace-one".
         mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
             the same answers as on one device (see `jaxdp.independent`).
         noise: "discrete" (default): exact discrete Gaussian measurements and exact exponential
@@ -57,30 +60,26 @@ def mwem(
             meeting its delta exactly (`jaxdp.noise`).
 
     Privacy:
-        See `AdaptiveHistogram`: rho-zCDP in total, replace-one.
+        See `jaxdp.mechanisms.adaptive.Adaptive`: rho-zCDP in total, replace-one (n public).
     """
-    return build(
-        "mwem",
+    return adaptive(
         data,
         workload,
+        select=MaxError() if marginal_trick else QueryError(),
+        family=MW(step_size=0.5, replay_passes=replay_passes, output=output),
+        rounds=rounds,
         epsilon=epsilon,
         delta=delta,
         rho=rho,
-        rounds=rounds,
         alpha=alpha,
-        marginal_trick=marginal_trick,
         public=public,
-        relation=relation,
         conversion=conversion,
-        mesh=mesh,
         noise=noise,
-        replay_passes=replay_passes,
-        output=output,
+        mesh=mesh,
+        name="mwem" if public is None else "pmw-pub",
     )
 
 
-def pmw_pub(
-    data: Dataset, workload: MarginalWorkload, *, public: Dataset, mesh: Mesh | None = None, **kwargs
-) -> AdaptiveHistogram:
+def pmw_pub(data: Dataset, workload: MarginalWorkload, *, public: Dataset, **kwargs) -> Adaptive:
     """PMW-Pub: MWEM over the support of a public dataset, starting at its distribution."""
-    return mwem(data, workload, public=public, mesh=mesh, **kwargs)
+    return mwem(data, workload, public=public, **kwargs)

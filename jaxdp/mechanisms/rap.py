@@ -1,9 +1,11 @@
-"""RAP (Aydore et al. 2021) and RAP-softmax (Liu, Vietri & Wu 2021).
+"""RAP (Aydore et al. 2021) and RAP-softmax (Liu, Vietri & Wu 2021), as presets of
+`jaxdp.adaptive`.
 
-Relaxed Adaptive Projection: n' relaxed rows fitted by Adam to every measurement so far with an
-L2 loss. RAP keeps the rows in [0, 1] by clipping (its projection); RAP-softmax parametrises each
-attribute block by a softmax, so the rows are product distributions (the Adaptive Measurements
-paper's variant). Records are drawn by randomized rounding of the rows.
+    for t = 1..T:  select K marginals with large max cell error (report-noisy-top-K)
+                   measure their counts (Gaussian), / n
+                   project: Adam on sum of squared errors over every measured query,
+                   rows clipped to [0, 1] after each step (RAP) or per-attribute softmax rows
+    output: records drawn by randomized rounding of the n' relaxed rows
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 from jax.sharding import Mesh
 
 from jaxdp.domain import Dataset
-from jaxdp.families.relaxed import RelaxedRows
-from jaxdp.mechanisms._relaxed import RelaxedAdaptive, build
+from jaxdp.families.fitted import RAP
+from jaxdp.mechanisms.adaptive import Adaptive, adaptive
 from jaxdp.queries import MarginalWorkload
-from jaxdp.types import Neighboring
+from jaxdp.selection import MaxError
 
 
 def rap(
@@ -31,11 +33,10 @@ def rap(
     max_steps: int = 200,
     alpha: float = 0.5,
     softmax: bool = False,
-    relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     mesh: Mesh | None = None,
     noise: str = "discrete",
-) -> RelaxedAdaptive:
+) -> Adaptive:
     """Build RAP (or RAP-softmax with `softmax=True`; see `rap_softmax` for its defaults).
 
     Args:
@@ -53,7 +54,6 @@ def rap(
         max_steps: Adam steps of the projection per round.
         alpha: share of each round's budget weight for selection.
         softmax: parametrise the rows by per-attribute softmax (RAP-softmax).
-        relation: must be "replace-one".
         mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
             the same answers as on one device (see `jaxdp.independent`).
         noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
@@ -61,39 +61,27 @@ def rap(
             float noise does not meet the stated delta; see `jaxdp.noise`).
 
     Privacy:
-        See `RelaxedAdaptive`: rho-zCDP in total, replace-one.
+        See `jaxdp.mechanisms.adaptive.Adaptive`: rho-zCDP in total, replace-one (n public).
     """
-    family = RelaxedRows.of(workload, n_rows, "softmax" if softmax else "clip")
-    return build(
-        "rap-softmax" if softmax else "rap",
+    return adaptive(
         data,
         workload,
-        family,
+        select=MaxError(k=marginals_per_round),
+        family=RAP(n_rows=n_rows, learning_rate=learning_rate, max_steps=max_steps, softmax=softmax),
+        rounds=rounds,
         epsilon=epsilon,
         delta=delta,
         rho=rho,
-        rounds=rounds,
         alpha=alpha,
-        marginals_per_round=marginals_per_round,
-        learning_rate=learning_rate,
-        max_steps=max_steps,
-        loss="l2",
-        gamma_fraction=0.0,
-        ema_beta=None,
-        relation=relation,
         conversion=conversion,
-        mesh=mesh,
         noise=noise,
+        mesh=mesh,
+        name="rap-softmax" if softmax else "rap",
     )
 
 
 def rap_softmax(
-    data: Dataset,
-    workload: MarginalWorkload,
-    *,
-    learning_rate: float = 0.1,
-    mesh: Mesh | None = None,
-    **kwargs,
-) -> RelaxedAdaptive:
+    data: Dataset, workload: MarginalWorkload, *, learning_rate: float = 0.1, **kwargs
+) -> Adaptive:
     """RAP-softmax: RAP with softmax-parametrised rows (learning rate 0.1 as in the paper)."""
-    return rap(data, workload, softmax=True, learning_rate=learning_rate, mesh=mesh, **kwargs)
+    return rap(data, workload, softmax=True, learning_rate=learning_rate, **kwargs)

@@ -31,16 +31,15 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxdp import _checks, noise, selection
 from jaxdp.accounting import MEASURE_PRIMITIVE, TOP_K_PRIMITIVE, Plan, PlannedCharge, gumbel_scale
 from jaxdp.domain import DataError, Dataset
+from jaxdp.families.fit import fit
 from jaxdp.families.histogram import MarginalPadding
 from jaxdp.families.mixed import MixedRows
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.mechanisms._common import (
-    as_relation,
     count_sigma,
     count_unit,
     make_plan,
@@ -122,7 +121,6 @@ class RapPlusState(NamedTuple):
     params: tuple[Array, Array]
     classes: tuple[ClassState, ...]
     rounds_done: Array
-    rho_spent: Array
 
 
 class RapPlusInfo(NamedTuple):
@@ -306,7 +304,6 @@ class RapPlusPlus:
     rounds: int = static_field()
     schedule: tuple[int, ...] = static_field()
     class_round: tuple[int, ...] = static_field()
-    round_rho: tuple[float, ...] = static_field()
     sigma_start: float = static_field()
     stages: int = static_field()
     gamma: float = static_field()
@@ -323,7 +320,6 @@ class RapPlusPlus:
             params=self.family.init_params(key),
             classes=tuple(c.init_state() for c in self.classes),
             rounds_done=jnp.zeros((), jnp.int32),
-            rho_spent=jnp.zeros((), jnp.float32),
         )
 
     def step(self, state: RapPlusState, key: Key) -> tuple[RapPlusState, RapPlusInfo]:
@@ -348,7 +344,6 @@ class RapPlusPlus:
             params=params,
             classes=class_states,
             rounds_done=t + 1,
-            rho_spent=state.rho_spent + jnp.asarray(self.round_rho, jnp.float32)[which],
         )
         return new, RapPlusInfo(charges, which, steps, best_stage)
 
@@ -365,31 +360,17 @@ class RapPlusPlus:
         (the best iterate under the hard-threshold loss, steps taken, its stage or -1)."""
         sigma_start = self.sigma_start if sigma_start is None else sigma_start
         stages = self.stages if stages is None else stages
-        optimizer = optax.adam(self.learning_rate)
-        value_and_grad = jax.value_and_grad(self.loss)
 
         def stage(j, carry):
             p, best, best_loss, best_stage, steps = carry
             sigma = sigma_start * 2.0 ** j.astype(jnp.float32)
-
-            def cond(inner):
-                return (inner[2] < self.max_stage_steps) & (inner[3] > self.gamma)
-
-            def body(inner):
-                p, s, i, _ = inner
-                _, grads = value_and_grad(p, class_states, sigma)
-                updates, s = optimizer.update(grads, s, p)
-                return (
-                    self.family.constrain(optax.apply_updates(p, updates)),
-                    s,
-                    i + 1,
-                    optax.tree.norm(grads),
-                )
-
-            p, _, i, _ = jax.lax.while_loop(
-                cond,
-                body,
-                (p, optimizer.init(p), jnp.zeros((), jnp.int32), jnp.asarray(jnp.inf, jnp.float32)),
+            p, i = fit(
+                lambda _: ((lambda q: self.loss(q, class_states, sigma)), True),
+                p,
+                max_steps=self.max_stage_steps,
+                learning_rate=self.learning_rate,
+                constrain=self.family.constrain,
+                stop_below=self.gamma,
             )
             hard = self.loss(p, class_states, None)
             better = hard < best_loss
@@ -439,7 +420,6 @@ def rap_plus_plus(
     alpha: float = 0.5,
     rounds: int | None = None,
     marginals_per_round: int = 1,
-    relation: Neighboring | str = Neighboring.REPLACE_ONE,
     conversion: str = "exact",
     noise: str = "discrete",
 ) -> RapPlusPlus:
@@ -461,7 +441,6 @@ def rap_plus_plus(
         learning_rate: Adam's step.
         alpha: share of each round's budget weight for selection.
         rounds, marginals_per_round: only when `classes` is a workload.
-        relation: must be "replace-one".
         noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
             exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
             float noise does not meet the stated delta; see `jaxdp.noise`).
@@ -471,8 +450,6 @@ def rap_plus_plus(
     """
     plan = make_plan(epsilon, delta, rho, conversion)
     _checks.one_of(noise, NOISES, "noise")
-    if as_relation(relation) is not Neighboring.REPLACE_ONE:
-        raise ValueError("rap++ measures normalised answers: relation must be 'replace-one' (n public)")
     if isinstance(classes, MarginalWorkload):
         classes = [
             categorical_marginals(
@@ -497,7 +474,7 @@ def rap_plus_plus(
     sizes, n_numeric = data.domain.sizes, len(data.domain.numeric)
     total_weight = math.fsum(_checks.positive_finite(c.weight, "weight") for c in classes)
 
-    built, answers, round_rho = [], [], []
+    built, answers = [], []
     for i, spec in enumerate(classes):
         _checks.one_of(spec.kind, KINDS, f"classes[{i}].kind")
         t_c = _checks.positive_int(spec.rounds, f"classes[{i}].rounds")
@@ -560,7 +537,6 @@ def rap_plus_plus(
         ).with_charge(
             PlannedCharge(f"measure {label}", MEASURE_PRIMITIVE[noise], measure_sensitivity, sigma, times=t_c)
         )
-        round_rho.append(rho_select + rho_measure)
     plan = plan.check()
     schedule, class_round = _interleave([c.rounds for c in classes])
     thresholds = any(c.kind != "categorical_marginals" for c in classes)
@@ -572,7 +548,6 @@ def rap_plus_plus(
         rounds=len(schedule),
         schedule=schedule,
         class_round=class_round,
-        round_rho=tuple(round_rho),
         sigma_start=float(sigma_start),
         stages=stages if thresholds else 1,
         gamma=float(gamma),

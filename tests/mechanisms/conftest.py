@@ -73,7 +73,8 @@ FACTORIES = {
         data, _two_way(data), rounds=3, public=_public(data), pretrain_steps=10, **SMALL_GENERATOR, **kw
     ),
 }
-# Mechanisms that measure normalised answers support only the replace-one relation.
+# Mechanisms that measure normalised answers support only the replace-one relation (their
+# factories take no `relation`).
 REPLACE_ONE_ONLY = {
     "mwem",
     "mwem-single-query",
@@ -107,6 +108,8 @@ def build(request):
     def _build(data=None, **kw):
         kw.setdefault("epsilon", 1.0)
         kw.setdefault("delta", 1e-6)
-        return FACTORIES[name](data or tiny_dataset(), relation=relation, **kw)
+        if name not in REPLACE_ONE_ONLY:
+            kw["relation"] = relation
+        return FACTORIES[name](data or tiny_dataset(), **kw)
 
     return _build

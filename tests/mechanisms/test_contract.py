@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdp import audit, loop
+from jaxdp import audit, contract, loop
 from jaxdp.api import noise_name
 from jaxdp.keys import Stream, round_key, stream_key
 from jaxdp.types import Sensitive
@@ -20,7 +20,7 @@ def _leaves_equal(a, b) -> bool:
 
 
 def _skip_unless_jittable(mech):
-    if not getattr(mech, "jittable", True):
+    if not contract.jittable(mech):
         pytest.skip("runs as a Python loop with a data-adaptive state (AIM): no compiled program")
 
 
@@ -33,6 +33,7 @@ def _python_run(mech, key):
 
 def test_jit_parity(build):
     mech, key = build(), jax.random.key(0)
+    _skip_unless_jittable(mech)  # run would loop in Python too: nothing compiled to compare
     jitted = loop.run(mech, key).state
     eager = _python_run(mech, key)
     for x, y in zip(jax.tree_util.tree_leaves(jitted), jax.tree_util.tree_leaves(eager), strict=True):
@@ -83,14 +84,13 @@ def test_step_is_traced_once(build, monkeypatch):
 def test_ledger_equals_plan_and_budget_is_kept(build):
     mech = build()
     result = loop.run(mech, jax.random.key(6))
-    plan = loop.realised_plan(mech, result.state)  # the fixed plan, or what a filter decided
+    plan = contract.realised_plan(mech, result.state)  # the fixed plan, or what a filter decided
     planned = sum(c.times for c in plan.charges)
     assert len(result.ledger) == planned
     audit.check_ledger(list(result.ledger), plan)  # complete: every planned draw happened
     spent = audit.rho_spent(result.ledger)
     assert spent <= mech.plan.rho_budget
     assert spent == pytest.approx(plan.rho_planned, rel=1e-12)
-    assert float(result.state.rho_spent) == pytest.approx(spent, rel=1e-6)
     # exact noise by default: every primitive invoked is an integer one, and the report says so
     assert all(e.primitive.startswith("discrete_") for e in result.ledger), result.ledger
     assert noise_name(result.ledger) in ("discrete-gaussian", "exact-exponential")

@@ -124,7 +124,7 @@ def test_pep_recovers_a_known_distribution_with_negligible_noise():
     workload = all_kway(data.domain.sizes, 2)
     mech = jaxdp.pep(data, workload, rho=1e8, rounds=len(workload), max_steps=300)
     result = loop.run(mech, jax.random.key(0))
-    est = np.asarray(mech.support.answers(mech.distribution(result.state)), np.float64)
+    est = np.asarray(mech.answers(result.state), np.float64)
     assert evaluate.answer_errors(evaluate.fractions(data, workload), est, workload)["max_abs"] < 2e-3
 
 
@@ -138,7 +138,7 @@ def test_adaptive_histograms_beat_independent_on_correlated_data(factory, option
     true = evaluate.fractions(data, workload)
     mech = factory(data, workload, epsilon=2.0, delta=1e-6, rounds=len(workload), **options)
     state = loop.run(mech, jax.random.key(1)).state
-    est = np.asarray(mech.support.answers(mech.distribution(state)), np.float64)
+    est = np.asarray(mech.answers(state), np.float64)
     base = jaxdp.independent(data, epsilon=2.0, delta=1e-6)
     codes = loop.release(base, loop.run(base, jax.random.key(1)).state, jax.random.key(1))
     baseline = evaluate.workload_errors(data, Dataset.from_codes(data.domain, np.asarray(codes)), workload)
@@ -166,7 +166,7 @@ def test_public_methods_cannot_beat_the_best_mixture_error():
     assert evaluate.best_mixture_error(data, data, workload) == pytest.approx(0.0, abs=1e-9)
     mech = jaxdp.pep_pub(data, workload, public=biased, rho=1e4, rounds=len(workload), max_steps=100)
     state = loop.run(mech, jax.random.key(3)).state
-    est = np.asarray(mech.support.answers(mech.distribution(state)), np.float64)
+    est = np.asarray(mech.answers(state), np.float64)
     error = evaluate.answer_errors(evaluate.fractions(data, workload), est, workload)["max_abs"]
     assert error >= floor - 1e-6
 
@@ -211,9 +211,9 @@ def test_default_noise_measures_integer_counts_exactly(name, marginal_trick, mon
     for noisy in measured:
         np.testing.assert_array_equal(noisy, np.round(noisy))
     # in counts: replacing a record moves two cells of a marginal by one each, one query by one
-    assert mech.measure_sensitivity == pytest.approx(np.sqrt(2.0) if marginal_trick else 1.0)
+    assert mech.measurement.sensitivity == pytest.approx(np.sqrt(2.0) if marginal_trick else 1.0)
     if not marginal_trick:  # the target is the noisy count / n, clipped to [0, 1]
-        targets = np.asarray(state.measurements.target, np.float64) * len(data)
+        targets = np.asarray(state.model.measurements.target, np.float64) * len(data)
         np.testing.assert_allclose(targets, np.round(targets), atol=1e-3)
 
 
@@ -237,7 +237,7 @@ def test_refusals():
     workload = all_kway(data.domain.sizes, 2)
     with pytest.raises(ValueError, match="exceeds the 6 marginals"):
         jaxdp.pep(data, workload, epsilon=1.0, delta=1e-6, rounds=7)
-    with pytest.raises(ValueError, match="replace-one"):
+    with pytest.raises(TypeError, match="relation"):  # replace-one only: n public, fractions
         jaxdp.mwem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, relation="add-remove")
     with pytest.raises(ValueError, match="alpha"):
         jaxdp.pep(data, workload, epsilon=1.0, delta=1e-6, rounds=2, alpha=1.0)

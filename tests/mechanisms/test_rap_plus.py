@@ -142,7 +142,7 @@ def test_declared_sensitivities_and_plan():
     assert mech.rounds == 1 + 2 + 2 and sorted(mech.schedule) == [0, 1, 1, 2, 2]
     assert mech.plan.rho_planned <= mech.plan.rho_budget
     assert mech.plan.rho_planned == pytest.approx(mech.plan.rho_budget, rel=1e-3)
-    with pytest.raises(ValueError, match="replace-one"):
+    with pytest.raises(TypeError, match="relation"):  # replace-one only: fractions
         jaxdp.rap_plus_plus(data, small_classes(), epsilon=1.0, delta=1e-6, relation="add-remove")
     with pytest.raises(ValueError, match="exceeds its 200 queries"):
         jaxdp.rap_plus_plus(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import evaluate, loop
+from jaxdp import audit, evaluate, loop
 from jaxdp.domain import Dataset
 from jaxdp.families.relaxed import block_softmax
 from jaxdp.keys import Stream, stream_key
@@ -34,15 +34,17 @@ def test_gem_loss_decreases_with_exact_answers():
     data = tiny_dataset(n=2000)
     workload = _two_way(data)
     mech = gem(data, workload, rho=1e6, rounds=3, max_steps=50, gamma_fraction=0.0, **SMALL_GEM)
-    state = mech.init(stream_key(jax.random.key(0), Stream.INIT))
+    model = mech.init(stream_key(jax.random.key(0), Stream.INIT)).model
     target = jnp.asarray(evaluate.fractions(data, workload), jnp.float32)
     mask = jnp.ones(workload.n_queries, bool)
 
     def loss(params):
-        return float(jnp.mean(jnp.abs(mech.family.answers(params, state.latent) - target)))
+        return float(jnp.mean(jnp.abs(mech.family.representation.answers(params, model.latent) - target)))
 
-    before = loss(state.params)
-    params, steps = jax.jit(lambda p: mech._fit(p, state.latent, target, mask, 0.0, 1e-2, 50))(state.params)
+    before = loss(model.params)
+    params, steps = jax.jit(lambda p: mech.family._fit(p, model.latent, target, mask, 0.0, 1e-2, 50))(
+        model.params
+    )
     assert int(steps) == 50 and loss(params) < 0.5 * before
 
 
@@ -72,7 +74,7 @@ def test_rap_fits_and_keeps_rows_in_the_box(softmax):
     factory = rap_softmax if softmax else rap
     mech = factory(data, workload, rho=1e6, rounds=3, marginals_per_round=2, n_rows=200, max_steps=300)
     state = loop.run(mech, jax.random.key(2)).state
-    probs = np.asarray(mech.family.probabilities(state.params, state.latent))
+    probs = np.asarray(mech.family.representation.probabilities(state.model.params, state.model.latent))
     assert probs.min() >= 0 and probs.max() <= 1
     relaxed = np.asarray(mech.relaxed_answers(state), np.float64)
     assert evaluate.answer_errors(evaluate.fractions(data, workload), relaxed, workload)["max_abs"] < 0.05
@@ -82,13 +84,13 @@ def test_inner_update_compiles_once_across_rounds(monkeypatch):
     data = tiny_dataset()
     mech = gem(data, _two_way(data), epsilon=0.9, delta=1e-6, rounds=4, max_steps=5, **SMALL_GEM)
     traces = []
-    original = type(mech)._fit
+    original = type(mech.family)._fit
 
     def counting(self, *args):
         traces.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(type(mech), "_fit", counting)
+    monkeypatch.setattr(type(mech.family), "_fit", counting)
     loop.run(mech, jax.random.key(3))
     assert len(traces) == 1  # traced once inside the scanned step, reused by every round
 
@@ -120,21 +122,30 @@ def test_records_follow_the_fitted_distribution_on_unmeasured_marginals(name):
 
 
 def test_gem_pub_with_public_equal_to_private_beats_gem_from_scratch():
+    """Pretraining on public data equal to the private data starts the private rounds near the
+    truth (max error 0.002 against 0.16 from scratch on this case), and after two rounds at
+    epsilon 0.05 GEM-Pub is still ahead (0.13 against 0.19). The two noisy rounds move the fit
+    far from its start, so the start is checked on its own."""
     data = tiny_dataset(n=3000, seed=2)
     workload = _two_way(data)
     true = evaluate.fractions(data, workload)
-    # few private steps: the test is about where the fit starts, not where noise drags it
     budget = {"epsilon": 0.05, "delta": 1e-6, "rounds": 2, "max_steps": 5, "ema_beta": None}
-    errors = {}
+    key = jax.random.key(6)
+    start, end = {}, {}
     for name, mech in (
         ("scratch", gem(data, workload, **budget, **SMALL_GEM)),
         ("pub", gem_pub(data, workload, public=data, pretrain_steps=300, **budget, **SMALL_GEM)),
     ):
-        state = loop.run(mech, jax.random.key(6)).state
-        errors[name] = evaluate.answer_errors(
+        model = mech.init(stream_key(key, Stream.INIT)).model
+        start[name] = evaluate.answer_errors(
+            true, np.asarray(mech.family.answers(model), np.float64), workload
+        )
+        state = loop.run(mech, key).state
+        end[name] = evaluate.answer_errors(
             true, np.asarray(mech.relaxed_answers(state), np.float64), workload
         )
-    assert errors["pub"]["max_abs"] < 0.6 * errors["scratch"]["max_abs"]
+    assert start["pub"]["max_abs"] < 0.1 * start["scratch"]["max_abs"]
+    assert end["pub"]["max_abs"] < end["scratch"]["max_abs"]
 
 
 def test_gem_pub_with_a_subset_of_attributes():
@@ -142,10 +153,23 @@ def test_gem_pub_with_a_subset_of_attributes():
     sub_domain = jaxdp.Domain(tuple(a for a in data.domain.attributes if a.name in ("a", "b", "d")))
     public = Dataset.from_codes(sub_domain, data.codes[:300][:, [0, 1, 3]])
     mech = gem_pub(data, _two_way(data), public=public, epsilon=1.0, delta=1e-6, rounds=2, **SMALL_GEM)
-    mask = np.asarray(mech.public_mask)
+    mask = np.asarray(mech.family.public_mask)
     covered = [c for c in mech.workload.cliques if 2 not in c]  # attribute c is not public
     assert mask.sum() == sum(mech.workload.cells[mech.workload.cliques.index(c)] for c in covered)
-    loop.run(mech, jax.random.key(7))
+    # pretraining fits the covered marginals: the pretrained start is much closer to the public
+    # answers there than a generator from scratch, and the private run then spends its plan
+    key = jax.random.key(7)
+    scratch = gem(data, _two_way(data), epsilon=1.0, delta=1e-6, rounds=2, **SMALL_GEM)
+    target = np.asarray(mech.family.public_answers)[mask]
+
+    def start_error(m):
+        return np.abs(
+            np.asarray(m.family.answers(m.init(stream_key(key, Stream.INIT)).model))[mask] - target
+        ).max()
+
+    assert start_error(mech) < 0.5 * start_error(scratch)
+    result = loop.run(mech, key)
+    assert len(result.ledger) == 4 and audit.rho_spent(result.ledger) == pytest.approx(mech.plan.rho_planned)
 
 
 def test_refusals():
@@ -153,10 +177,10 @@ def test_refusals():
     workload = _two_way(data)
     with pytest.raises(ValueError, match="exceeds the 6 marginals"):
         rap(data, workload, epsilon=1.0, delta=1e-6, rounds=3, marginals_per_round=3)
-    with pytest.raises(ValueError, match="replace-one"):
+    with pytest.raises(TypeError, match="relation"):  # replace-one only: n public, fractions
         gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, relation="add-remove")
-    with pytest.raises(ValueError, match="loss"):
-        gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, loss="huber")
+    with pytest.raises(TypeError, match="loss"):  # GEM's loss is its L1 loss; RAP's is L2
+        gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, loss="l2")
     with pytest.raises(ValueError, match="pretrain_steps"):
         gem(data, workload, epsilon=1.0, delta=1e-6, rounds=2, public=data)
 
@@ -186,8 +210,8 @@ def test_exact_noise_by_default_measures_integer_counts(name):
         result = loop.run(mech, jax.random.key(8))
         assert {e.primitive for e in result.ledger} <= primitives
         assert {c.primitive for c in mech.plan.charges} <= primitives
-        measured = np.asarray(result.state.measured)
-        counts = np.asarray(result.state.noisy_answers, np.float64)[measured] * n
+        measured = np.asarray(result.state.model.measured)
+        counts = np.asarray(result.state.model.noisy_answers, np.float64)[measured] * n
         off_grid[noise] = np.abs(counts - np.round(counts)).max()
     assert off_grid["discrete"] < 1e-3
     assert off_grid["float"] > 0.1
@@ -198,10 +222,10 @@ def test_measurement_sensitivity_and_sigma_are_in_counts():
     the fractions' sqrt(2 k) / n); sigma is calibrated in the same units, so rho is unchanged."""
     data = tiny_dataset()
     mech = rap(data, _two_way(data), rho=0.5, rounds=2, marginals_per_round=2, n_rows=50)
-    assert mech.measure_sensitivity == pytest.approx(2.0)
+    assert mech.measurement.sensitivity == pytest.approx(2.0)
     measure = next(c for c in mech.plan.charges if c.label == "measure")
     assert measure.primitive == "discrete_gaussian"
-    assert (measure.sensitivity, measure.scale) == (mech.measure_sensitivity, mech.sigma)
+    assert (measure.sensitivity, measure.scale) == (mech.measurement.sensitivity, mech.measurement.sigma)
     assert mech.plan.rho_planned == pytest.approx(0.5, rel=1e-6)
 
 

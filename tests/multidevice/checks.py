@@ -95,8 +95,8 @@ def test_gem_with_the_batch_sharded_matches_one_device():
         run = jaxdp.run(mech, key)
         results[shard] = (mech, run)
     (one, one_run), (eight, eight_run) = results[False], results[True]
-    assert len(eight_run.state.latent.sharding.device_set) == 8
-    assert len(one_run.state.latent.sharding.device_set) == 1
+    assert len(eight_run.state.model.latent.sharding.device_set) == 8
+    assert len(one_run.state.model.latent.sharding.device_set) == 1
     assert [e.to_json() for e in one_run.ledger] == [e.to_json() for e in eight_run.ledger]
     np.testing.assert_array_equal(np.asarray(one_run.info.selected), np.asarray(eight_run.info.selected))
     np.testing.assert_allclose(
@@ -105,7 +105,9 @@ def test_gem_with_the_batch_sharded_matches_one_device():
         atol=1e-4,
     )
     np.testing.assert_allclose(
-        np.asarray(eight_run.state.noisy_answers), np.asarray(one_run.state.noisy_answers), atol=1e-5
+        np.asarray(eight_run.state.model.noisy_answers),
+        np.asarray(one_run.state.model.noisy_answers),
+        atol=1e-5,
     )
 
 
@@ -145,7 +147,7 @@ def test_mechanism_on_records_sharded_over_the_mesh_matches_one_device(name):
     # sqrt(8) sigma per answer; equal states mean the noise was added once, to the summed counts
     if name == "gem":  # its Adam steps sum over the split batch in another order: compare outputs
         pairs = [
-            (eight_run.state.noisy_answers, one_run.state.noisy_answers, 1e-5),
+            (eight_run.state.model.noisy_answers, one_run.state.model.noisy_answers, 1e-5),
             (eight.relaxed_answers(eight_run.state), one.relaxed_answers(one_run.state), 1e-4),
         ]
     else:

@@ -55,8 +55,9 @@ import pytest
 import jaxdp
 from jaxdp import accounting, noise
 from jaxdp.evaluate import fractions
+from jaxdp.families import GEM, RAP
 from jaxdp.keys import Stream, round_key, stream_key
-from jaxdp.mechanisms import AdaptiveHistogram, Gaussian, Independent, RapPlusPlus, RelaxedAdaptive
+from jaxdp.mechanisms import Adaptive, Gaussian, Independent, RapPlusPlus
 from jaxdp.mechanisms._common import count_unit
 from jaxdp.mechanisms.dualquery import DualQuery, dualquery
 from jaxdp.mechanisms.fem import FEM, fem
@@ -162,14 +163,13 @@ def _released(mechanism, state, info):
     everything = jnp.ones(WORKLOAD.n_queries, bool)
     if isinstance(mechanism, Independent | Gaussian):
         return None, state.noisy_answers, everything
-    if isinstance(mechanism, RelaxedAdaptive):
-        return info.selected[0], state.noisy_answers, state.measured
-    if isinstance(mechanism, AdaptiveHistogram):
-        slot = mechanism.padding.gather[info.selected]  # the marginal's queries; padding is dropped
-        noisy = (
-            jnp.zeros(WORKLOAD.n_queries, jnp.float32).at[slot].set(state.measurements.target[0], mode="drop")
-        )
-        return info.selected, noisy, jnp.zeros(WORKLOAD.n_queries, bool).at[slot].set(True, mode="drop")
+    if isinstance(mechanism, Adaptive) and isinstance(mechanism.family, RAP | GEM):
+        return info.selected[0], state.model.noisy_answers, state.model.measured
+    if isinstance(mechanism, Adaptive):  # a histogram family: its first slot holds the round's target
+        slot = mechanism.measurement.padding.gather[info.selected[0]]  # padding is dropped
+        target = state.model.measurements.target[0]
+        noisy = jnp.zeros(WORKLOAD.n_queries, jnp.float32).at[slot].set(target, mode="drop")
+        return info.selected[0], noisy, jnp.zeros(WORKLOAD.n_queries, bool).at[slot].set(True, mode="drop")
     if isinstance(mechanism, RapPlusPlus):  # categorical data: one class, the workload's marginals
         marginals = state.classes[0]
         return jnp.argmin(marginals.eligible), marginals.targets, marginals.measured
@@ -197,7 +197,12 @@ def _public_prefix(mechanism, private_round: int, seed: int):
     state = mechanism.init(stream_key(key, Stream.INIT))
     for t in range(private_round):
         state, _ = mechanism.step(state, round_key(key, t))
-    if isinstance(mechanism, RelaxedAdaptive | RapPlusPlus):  # the round reads only `params`
+    if isinstance(mechanism, Adaptive) and isinstance(mechanism.family, RAP | GEM):
+        model = state.model  # the round reads only `params`
+        state = state._replace(
+            model=model._replace(params=jax.tree_util.tree_map(jnp.zeros_like, model.params))
+        )
+    if isinstance(mechanism, RapPlusPlus):
         state = state._replace(params=jax.tree_util.tree_map(jnp.zeros_like, state.params))
     return state
 

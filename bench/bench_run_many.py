@@ -1,0 +1,98 @@
+"""Many seeds at once: `jaxdp.run_many` against a Python loop of `jaxdp.run`, as JSON lines.
+
+ADULT reduced, all 35 3-way marginals, epsilon 1, 8 seeds (`jax.random.split(key(0), 8)`), for
+each mechanism named: a Python loop of `run` over the seeds, `run_many` (batching "loop", the
+default) and `run_many(batching="vmap")`. Each is timed once after a warm-up call of the same
+form (so compiling is excluded), with the 1-minute load average before and after (a busy host
+inflates timings). For "vmap" the record also says whether every seed's Info (its selections)
+equals its single run's and the largest state difference.
+
+    python bench/bench_run_many.py --mechanisms pep rap-softmax --out bench/results/run_many.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import numpy as np
+from _common import Recorder, block, load_average
+
+import jaxdp
+from jaxdp.queries import all_kway
+
+KERNEL = "run_many"
+MECHANISMS = {
+    "pep": lambda d, w: jaxdp.pep(d, w, rounds=10, epsilon=1.0, delta=1e-9),
+    "mwem": lambda d, w: jaxdp.mwem(d, w, rounds=10, epsilon=1.0, delta=1e-9),
+    "rap-softmax": lambda d, w: jaxdp.rap_softmax(d, w, rounds=5, epsilon=1.0, delta=1e-9),
+    "gem": lambda d, w: jaxdp.gem(d, w, rounds=10, epsilon=1.0, delta=1e-9),
+}
+
+
+def timed(fn):
+    before = load_average()
+    start = time.perf_counter()
+    out = block(fn())
+    return out, {"seconds": time.perf_counter() - start, "load_before": before, "load_after": load_average()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mechanisms", nargs="+", default=["pep"], choices=list(MECHANISMS))
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--no-vmap", action="store_true", help="skip the (slow on CPU) vmap strategy")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    rec = Recorder(args.out)
+    data = jaxdp.datasets.load("adult-reduced")
+    workload = all_kway(data.domain.sizes, 3)
+    keys = jax.random.split(jax.random.key(0), args.seeds)
+    for name in args.mechanisms:
+        mech = MECHANISMS[name](data, workload)
+        sizes = {
+            "dataset": "adult-reduced",
+            "marginals": len(workload),
+            "rounds": mech.rounds,
+            "seeds": args.seeds,
+        }
+        strategies = {
+            "python loop of run": lambda m=mech: [jaxdp.run(m, k).state for k in keys],
+            "run_many loop": lambda m=mech: jaxdp.run_many(m, keys).state,
+        }
+        if not args.no_vmap:
+            strategies["run_many vmap"] = lambda m=mech: jaxdp.run_many(m, keys, batching="vmap")
+        singles = None
+        for label, fn in strategies.items():
+            block(fn())  # warm-up: compiles
+            out, timing = timed(fn)
+            fields = {"mechanism": name, "strategy": label, **timing}
+            if label == "python loop of run":
+                singles = [jaxdp.run(mech, k) for k in keys]
+            if label == "run_many vmap":
+                fields["selections_equal"] = all(
+                    all(
+                        np.array_equal(np.asarray(a), np.asarray(b))
+                        for a, b in zip(
+                            jax.tree_util.tree_leaves(out.seed(i).info),
+                            jax.tree_util.tree_leaves(s.info),
+                            strict=True,
+                        )
+                    )
+                    for i, s in enumerate(singles)
+                )
+                fields["max_state_difference"] = max(
+                    float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
+                    for i, s in enumerate(singles)
+                    for a, b in zip(
+                        jax.tree_util.tree_leaves(out.seed(i).state),
+                        jax.tree_util.tree_leaves(s.state),
+                        strict=True,
+                    )
+                )
+            rec.emit(KERNEL, sizes, **fields)
+
+
+if __name__ == "__main__":
+    main()

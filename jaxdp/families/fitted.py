@@ -1,0 +1,323 @@
+"""Differentiable families as parts of `jaxdp.adaptive`: relaxed rows (RAP, RAP-softmax) and a
+generator network (GEM), fitted by Adam (`jaxdp.families.fit`) to every measurement so far.
+
+- `RAP`: n' relaxed rows, the squared error over the measured queries (clipped rows; or
+  per-attribute softmax rows, RAP-softmax);
+- `GEM`: a generator G_theta(z) on a fixed latent batch, the mean absolute error over the
+  `top_errors` largest measured errors of at least gamma = `gamma_fraction` x EMA(0.5) of the
+  measured max errors, re-ranked every `rerank_every` steps; a cosine schedule of the rate over
+  the rounds and within each; an EMA of the second half of the rounds' weights as output; and,
+  with public data, pretraining on the public answers (GEM-Pub).
+
+Post-processing only: fits read released measurements (`Measured`) and public data, never the
+private data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp import _checks
+from jaxdp.domain import Dataset, Domain
+from jaxdp.families.fit import fit
+from jaxdp.families.generator import Generator
+from jaxdp.families.measured import Measured
+from jaxdp.families.relaxed import RelaxedRows
+from jaxdp.queries import (
+    MarginalWorkload,
+    ProductQueries,
+    marginal_fractions,
+    product_query_answers,
+    relaxed_marginals,
+    workload_queries,
+)
+from jaxdp.types import Array, Key, pytree_dataclass, static_field
+
+
+class FittedModel(NamedTuple):
+    """params: the family's parameters; ema_params: their EMA over the second half of the
+    rounds (GEM); latent: the fixed latent input; noisy_answers, measured: (n_queries,) the
+    measurements so far (clipped to [0, 1]) and their mask; error_ema: EMA of the largest
+    measured error (GEM's gamma is a fraction of it)."""
+
+    params: Any
+    ema_params: Any
+    latent: Array
+    noisy_answers: Array
+    measured: Array
+    error_ema: Array
+
+
+@pytree_dataclass
+class _Fitted:
+    """A differentiable representation fitted to the measurements by `fit` each round."""
+
+    representation: RelaxedRows | Generator | None = None
+    public_answers: Array | None = None
+    public_mask: Array | None = None
+    rounds: int = static_field(default=0)
+    learning_rate: float = static_field(default=1e-2)
+    max_steps: int = static_field(default=200)
+
+    # overridden by GEM
+    final_learning_rate = None
+    ema_beta = None
+    gamma_fraction = 0.0
+    pretrain_steps = 0
+    rerank_every = 1
+
+    def _representation(self, workload: MarginalWorkload) -> RelaxedRows | Generator:
+        raise NotImplementedError
+
+    def _checked(self, workload: MarginalWorkload):
+        """This part with its own settings validated (and workload-derived fields filled)."""
+        return self
+
+    def bind(
+        self,
+        workload: MarginalWorkload,
+        *,
+        rounds: int,
+        per_round: int,
+        single_queries: bool,
+        domain: Domain,
+        public: Dataset | None,
+    ):
+        """This family over `workload`, pretrained on `public`'s answers when given."""
+        del per_round, single_queries  # measurements land in the flat answers whatever their shape
+        _checks.positive_finite(self.learning_rate, "learning_rate")
+        _checks.positive_int(self.max_steps, "max_steps")
+        public_answers, public_mask = (
+            (None, None) if public is None else _public_targets(public, domain, workload)
+        )
+        checked = self._checked(workload)
+        return dataclasses.replace(
+            checked,
+            representation=checked._representation(workload),
+            public_answers=public_answers,
+            public_mask=public_mask,
+            rounds=rounds,
+        )
+
+    def init(self, key: Key) -> FittedModel:
+        """Random parameters and latent batch (public randomness), pretrained on the public
+        answers first when there are some (no private data is touched)."""
+        params = self.representation.init_params(jax.random.fold_in(key, 0))
+        latent = self.representation.latent(jax.random.fold_in(key, 1))
+        if self.public_answers is not None:
+            params, _ = self._fit(
+                params,
+                latent,
+                self.public_answers,
+                self.public_mask,
+                jnp.zeros((), jnp.float32),
+                self.learning_rate,
+                self.pretrain_steps,
+            )
+        n_queries = self.representation.plan.n_queries
+        return FittedModel(
+            params=params,
+            ema_params=params,
+            latent=latent,
+            noisy_answers=jnp.zeros(n_queries, jnp.float32),
+            measured=jnp.zeros(n_queries, bool),
+            error_ema=jnp.zeros((), jnp.float32),
+        )
+
+    def answers(self, model: FittedModel) -> Array:
+        """(n_queries,) the workload's answers of the current parameters."""
+        return self.representation.answers(model.params, model.latent)
+
+    def update(self, model: FittedModel, measured: Measured, current: Array, t: Array):
+        """Record the round's measurements, then fit to all of them; (model, Adam steps)."""
+        noisy_answers = model.noisy_answers.at[measured.index].set(
+            jnp.clip(measured.values, 0.0, 1.0), mode="drop"
+        )
+        measured_mask = model.measured.at[measured.index].set(True, mode="drop")
+        max_error = jnp.max(jnp.where(measured_mask, jnp.abs(noisy_answers - current), 0.0))
+        error_ema = jnp.where(t == 0, max_error, 0.5 * model.error_ema + 0.5 * max_error)
+        params, steps = self._fit(
+            model.params,
+            model.latent,
+            noisy_answers,
+            measured_mask,
+            self.gamma_fraction * error_ema,
+            self._round_learning_rate(t),
+            self.max_steps,
+        )
+        ema_params = self._ema(model.ema_params, params, t)
+        return FittedModel(params, ema_params, model.latent, noisy_answers, measured_mask, error_ema), steps
+
+    def _round_learning_rate(self, t: Array) -> Array:
+        """GEM anneals the starting rate over the rounds (cosine down to `final_learning_rate`)."""
+        if self.final_learning_rate is None:
+            return jnp.asarray(self.learning_rate, jnp.float32)
+        lo, hi = self.final_learning_rate, self.learning_rate
+        return lo + 0.5 * (hi - lo) * (1 + jnp.cos(jnp.pi * t.astype(jnp.float32) / self.rounds))
+
+    def _objective(self, probs: Array, targets: Array, mask: Array, gamma: Array):
+        """(loss as a function of the probabilities, whether to go on)."""
+        raise NotImplementedError
+
+    def _fit(self, params, latent, targets, mask, gamma, learning_rate, max_steps):
+        representation = self.representation
+
+        def refresh(p):
+            objective, active = self._objective(representation.probabilities(p, latent), targets, mask, gamma)
+            return (lambda q: objective(representation.probabilities(q, latent))), active
+
+        return fit(
+            refresh,
+            params,
+            max_steps=max_steps,
+            learning_rate=learning_rate,
+            constrain=representation.constrain,
+            refresh_every=self.rerank_every,
+            anneal=self.final_learning_rate is not None,
+        )
+
+    def _ema(self, ema, params, t):
+        if self.ema_beta is None:
+            return params
+        start = self.rounds // 2
+        blended = jax.tree_util.tree_map(
+            lambda e, p: self.ema_beta * e + (1 - self.ema_beta) * p, ema, params
+        )
+        return jax.tree_util.tree_map(
+            lambda p, b, e: jnp.where(t == start, p, jnp.where(t > start, b, e)), params, blended, ema
+        )
+
+    def output_params(self, model: FittedModel):
+        """The released parameters: the EMA of the second half of the rounds, or the last."""
+        return model.params if self.ema_beta is None else model.ema_params
+
+    def output_answers(self, model: FittedModel) -> Array:
+        """(n_queries,) answers of the output distribution itself (before sampling records)."""
+        return self.representation.answers(self.output_params(model), model.latent)
+
+    def sample(self, model: FittedModel, key: Key, rows: int) -> Array:
+        """(rows, n_attributes) int32 records drawn from the output distribution."""
+        return self.representation.sample(key, self.output_params(model), model.latent, rows)
+
+
+@pytree_dataclass
+class RAP(_Fitted):
+    """RAP's relaxed rows: `n_rows` rows fitted by Adam to the squared error over the measured
+    queries for `max_steps` steps a round; kept in [0, 1] by clipping (RAP's projection), or
+    per-attribute softmax rows (`softmax`, RAP-softmax)."""
+
+    n_rows: int = static_field(default=1000)
+    softmax: bool = static_field(default=False)
+
+    def _representation(self, workload):
+        return RelaxedRows.of(
+            workload, _checks.positive_int(self.n_rows, "n_rows"), "softmax" if self.softmax else "clip"
+        )
+
+    def _objective(self, probs, targets, mask, gamma):
+        """Sum of squared errors over the masked queries (every step needs all answers)."""
+        del probs, gamma
+        plan = self.representation.plan
+
+        def squared(pr):
+            return jnp.sum(jnp.where(mask, relaxed_marginals(pr, plan) - targets, 0.0) ** 2)
+
+        return squared, jnp.ones((), bool)
+
+
+@pytree_dataclass
+class GEM(_Fitted):
+    """GEM's generator and update (module docstring); defaults: the official ADULT example's
+    settings except learning_rate 3e-4 and rerank_every 4 (see `jaxdp.gem`)."""
+
+    queries: ProductQueries | None = None
+    learning_rate: float = static_field(default=3e-4)
+    max_steps: int = static_field(default=100)
+    batch: int = static_field(default=1000)
+    hidden: tuple[int, ...] = static_field(default=(256, 256))
+    latent_dim: int = static_field(default=128)
+    shard_batch: bool = static_field(default=False)
+    gamma_fraction: float = static_field(default=0.5)
+    top_errors: int = static_field(default=100)
+    rerank_every: int = static_field(default=4)
+    final_learning_rate: float | None = static_field(default=1e-5)
+    ema_beta: float | None = static_field(default=0.9)
+    pretrain_steps: int = static_field(default=0)
+
+    def _checked(self, workload):
+        return dataclasses.replace(
+            self,
+            queries=workload_queries(workload),
+            top_errors=min(_checks.positive_int(self.top_errors, "top_errors"), workload.n_queries),
+            rerank_every=_checks.positive_int(self.rerank_every, "rerank_every"),
+            hidden=tuple(int(h) for h in self.hidden),
+        )
+
+    def _representation(self, workload):
+        return Generator.of(
+            workload,
+            hidden=self.hidden,
+            latent_dim=self.latent_dim,
+            batch=self.batch,
+            shard_batch=self.shard_batch,
+        )
+
+    def _objective(self, probs, targets, mask, gamma):
+        """Mean absolute error over the `top_errors` largest masked errors >= gamma at `probs`
+        (GEM's update, as in its official code). It touches only those queries, so it and its
+        gradient go through the cheap gather kernel; the full answers only rank the errors."""
+        error = jnp.where(mask, relaxed_marginals(probs, self.representation.plan) - targets, 0.0)
+        active = mask & (jnp.abs(error) >= gamma)
+        top_error, top = jax.lax.top_k(jnp.where(active, jnp.abs(error), -1.0), self.top_errors)
+        chosen = top_error >= 0
+        queries, top_targets = self.queries.take(top), targets[top]
+
+        def absolute(pr):
+            err = product_query_answers(pr, queries) - top_targets
+            return jnp.sum(jnp.abs(err) * chosen) / jnp.maximum(jnp.sum(chosen), 1)
+
+        return absolute, jnp.any(active)
+
+
+_fractions = jax.jit(marginal_fractions, static_argnums=1)
+
+
+def _public_targets(public: Dataset, domain: Domain, workload: MarginalWorkload) -> tuple[Array, Array]:
+    """The public data's answers to every workload marginal it covers, and which those are.
+
+    The public table may hold a subset of the private attributes (the incomplete-domain case):
+    marginals over attributes it lacks are masked out of pretraining.
+    """
+    private_names = [a.name for a in domain.categorical]
+    public_names = [a.name for a in public.domain.categorical]
+    for name in public_names:
+        if name not in private_names:
+            raise ValueError(f"public column {name!r} is not an attribute of the private domain")
+        if public.domain[name].size != domain[name].size:
+            raise ValueError(f"public column {name!r} has a different size than in the private domain")
+    if sorted(public_names, key=private_names.index) != public_names:
+        raise ValueError("public columns must appear in the same order as in the private domain")
+    to_public = {private_names.index(n): j for j, n in enumerate(public_names)}
+    covered = [all(a in to_public for a in c) for c in workload.cliques]
+    if not any(covered):
+        raise ValueError("the public data covers none of the workload's marginals")
+    sub = MarginalWorkload(
+        public.domain.sizes,
+        tuple(tuple(to_public[a] for a in c) for c, ok in zip(workload.cliques, covered, strict=True) if ok),
+    )
+    sub_answers = np.asarray(_fractions(jnp.asarray(public.codes), sub))
+    answers = np.zeros(workload.n_queries, np.float32)
+    mask = np.zeros(workload.n_queries, bool)
+    taken = 0
+    for i, ok in enumerate(covered):
+        if ok:
+            start, cells = workload.offsets[i], workload.cells[i]
+            answers[start : start + cells] = sub_answers[sub.offsets[taken] : sub.offsets[taken] + cells]
+            mask[start : start + cells] = True
+            taken += 1
+    return jnp.asarray(answers), jnp.asarray(mask)

@@ -1,0 +1,178 @@
+"""Histogram families as parts of `jaxdp.adaptive`: an explicit distribution over a support (the
+whole domain, or a public dataset's records) and its update from every measurement so far.
+
+- `PEP`: the maximum-entropy projection onto the measurements (PEP, the paper's Algorithm 4);
+- `MW`: multiplicative weights on the newest measurement, then replays of all of them (MWEM).
+
+Post-processing only: the update reads released measurements (`Measured`), never the data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from jaxdp import _checks
+from jaxdp.domain import DataError, Dataset, Domain
+from jaxdp.families.histogram import (
+    DenseSupport,
+    MarginalPadding,
+    Measurements,
+    PublicSupport,
+    probabilities,
+    project_to_simplex,
+    sample_support,
+)
+from jaxdp.families.measured import Measured
+from jaxdp.families.projection import (
+    entropy_projection,
+    multiplicative_weights,
+    replay_multiplicative_weights,
+)
+from jaxdp.queries import MarginalWorkload
+from jaxdp.types import Array, Key, pytree_dataclass, static_field
+
+OUTPUTS = ("last", "average")
+
+
+class HistogramModel(NamedTuple):
+    """log_weights: (n_support,) the current distribution; average: (n_support,) the running
+    mean of the per-round distributions; measurements: every released measurement so far."""
+
+    log_weights: Array
+    average: Array
+    measurements: Measurements
+
+
+@pytree_dataclass
+class _Histogram:
+    """A distribution over a support, updated from `Measurements` (one slot per measurement)."""
+
+    support: DenseSupport | PublicSupport | None = None
+    padding: MarginalPadding | None = None
+    capacity: int = static_field(default=0)
+    per_round: int = static_field(default=1)
+    single_queries: bool = static_field(default=False)
+    output: str = static_field(default="last")
+
+    def bind(
+        self,
+        workload: MarginalWorkload,
+        *,
+        rounds: int,
+        per_round: int,
+        single_queries: bool,
+        domain: Domain,
+        public: Dataset | None,
+    ):
+        """This family over `workload`'s domain (enumerable) or a public dataset's records.
+
+        Raises:
+            DataError: a domain too large to enumerate, or public data over another domain.
+        """
+        _checks.one_of(self.output, OUTPUTS, "output")
+        if public is None:
+            support = DenseSupport.of(workload)
+        else:
+            if public.domain.sizes != domain.sizes:
+                raise DataError("the public dataset must have the same domain as the private one")
+            support = PublicSupport.of(public.codes, workload)
+        padding = MarginalPadding.of(workload)
+        return dataclasses.replace(
+            self,
+            support=support,
+            padding=padding,
+            capacity=rounds * per_round,
+            per_round=per_round,
+            single_queries=single_queries,
+        )
+
+    def init(self, key: Key) -> HistogramModel:
+        """The uniform distribution over the support (the public data's, for a public support)."""
+        del key  # nothing random
+        n = self.support.n_support
+        return HistogramModel(
+            jnp.zeros(n, jnp.float32),
+            jnp.zeros(n, jnp.float32),
+            Measurements.empty(self.capacity, self.padding.max_cells),
+        )
+
+    def answers(self, model: HistogramModel) -> Array:
+        """(n_queries,) the workload's answers under the current distribution."""
+        return self.support.answers(probabilities(model.log_weights))
+
+    def _record(self, measurements: Measurements, measured: Measured, t: Array) -> Measurements:
+        """Each measured marginal's noisy answers projected onto the simplex (a distribution
+        over its cells), or a measured cell's answer clipped to [0, 1], in the round's slots."""
+        for j in range(self.per_round):
+            marginal, cell, values = measured.marginal[j], measured.cell[j], measured.values[j]
+            if self.single_queries:
+                target = (
+                    jnp.zeros(self.padding.max_cells, jnp.float32).at[cell].set(jnp.clip(values[0], 0.0, 1.0))
+                )
+            else:
+                target = project_to_simplex(values, self.padding.valid[marginal])
+            measurements = measurements.record(t * self.per_round + j, marginal, cell, target)
+        return measurements
+
+    def update(self, model: HistogramModel, measured: Measured, current: Array, t: Array):
+        """(the model after recording this round's measurements and updating, 0 inner steps)."""
+        del current
+        meas = self._record(model.measurements, measured, t)
+        log_weights = self._update(model.log_weights, meas, t)
+        probs = probabilities(log_weights)
+        average = model.average + (probs - model.average) / (t + 1).astype(jnp.float32)
+        return HistogramModel(log_weights, average, meas), jnp.zeros((), jnp.int32)
+
+    def _update(self, log_weights: Array, meas: Measurements, t: Array) -> Array:
+        raise NotImplementedError
+
+    def distribution(self, model: HistogramModel) -> Array:
+        """(n_support,) the output distribution: the last iterate or the average of iterates."""
+        return probabilities(model.log_weights) if self.output == "last" else model.average
+
+    def output_answers(self, model: HistogramModel) -> Array:
+        """(n_queries,) the workload's answers under the output distribution."""
+        return self.support.answers(self.distribution(model))
+
+    def sample(self, model: HistogramModel, key: Key, rows: int) -> Array:
+        """(rows, n_attributes) int32 records drawn from the output distribution."""
+        return self.support.records(sample_support(key, self.distribution(model), rows))
+
+
+@pytree_dataclass
+class PEP(_Histogram):
+    """PEP's update: the maximum-entropy distribution consistent with every measurement, by
+    iterative projection onto the worst-fitted measured cell (Algorithm 4) for `max_steps` steps
+    (T_max) or until every measured error is at most `tolerance` (gamma). Output: last iterate."""
+
+    max_steps: int = static_field(default=25)
+    tolerance: float = static_field(default=0.0)
+
+    def _update(self, log_weights, meas, t):
+        del t
+        return entropy_projection(
+            self.support, self.padding, log_weights, meas, max_steps=self.max_steps, tolerance=self.tolerance
+        )
+
+
+@pytree_dataclass
+class MW(_Histogram):
+    """MWEM's update: weights *= exp(step_size (measured - current)) on each new measurement's
+    cells, then `replay_passes` sweeps over every measurement so far ("MWEM with past queries").
+    `output`: "last" iterate or the "average" of the per-round distributions."""
+
+    step_size: float = static_field(default=0.5)
+    replay_passes: int = static_field(default=1)
+
+    def _update(self, log_weights, meas, t):
+        for j in range(self.per_round):
+            slot = t * self.per_round + j
+            log_weights = multiplicative_weights(
+                self.support, self.padding, log_weights, meas, slot, step_size=self.step_size
+            )
+        return replay_multiplicative_weights(
+            self.support, self.padding, log_weights, meas, passes=self.replay_passes, step_size=self.step_size
+        )
