@@ -18,7 +18,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.sharding import Mesh
 
 from jaxdp import _checks, noise, selection
@@ -270,6 +269,8 @@ class RelaxedAdaptive:
         `max_steps` steps; (params, steps). The L1 loss's top errors are re-ranked every
         `rerank_every` steps (1: every step, as the paper). Under GEM's schedule the rate also
         anneals to 0 by a cosine over `max_steps`."""
+        import optax  # deferred: only fitting needs it, and `import jaxdp` stays light
+
         optimizer = optax.scale_by_adam()
         family = self.family
 

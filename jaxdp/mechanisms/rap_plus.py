@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxdp import _checks, noise, selection
 from jaxdp.accounting import MEASURE_PRIMITIVE, TOP_K_PRIMITIVE, Plan, PlannedCharge, gumbel_scale
@@ -365,6 +364,8 @@ class RapPlusPlus:
         (the best iterate under the hard-threshold loss, steps taken, its stage or -1)."""
         sigma_start = self.sigma_start if sigma_start is None else sigma_start
         stages = self.stages if stages is None else stages
+        import optax  # deferred: only fitting needs it, and `import jaxdp` stays light
+
         optimizer = optax.adam(self.learning_rate)
         value_and_grad = jax.value_and_grad(self.loss)
 
