@@ -1,6 +1,8 @@
 """The load-bearing import rules of DESIGN.md section 2, read from the source."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxdp"
@@ -49,3 +51,12 @@ def test_no_unkeyed_randomness_in_the_package():
         text = path.read_text()
         for banned in ("np.random", "numpy.random", "import random", "PRNGKey("):
             assert banned not in text, f"{path} uses {banned}"
+
+
+def test_importing_jaxdp_leaves_optional_and_heavy_libraries_unloaded():
+    """flax, optax, mbi, scipy, pandas and tqdm load when a mechanism or option needs them: a
+    command-line run pays their import (flax about half a second) only then."""
+    heavy = ("flax", "optax", "mbi", "scipy", "pandas", "tqdm")
+    code = f"import sys, jaxdp, jaxdp.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
