@@ -38,8 +38,7 @@ def test_independent_add_remove_estimates_the_count():
     mech = jaxdp.independent(data, epsilon=5.0, delta=1e-6, relation="add-remove")
     result = loop.run(mech, jax.random.key(1))
     rows = mech.default_rows(result.state)
-    assert rows != len(data) or True  # the count is estimated, not read from the data
-    assert abs(rows - len(data)) < 50
+    assert abs(rows - len(data)) < 50  # estimated from noisy counts, not read from the data
 
 
 def test_gaussian_noise_has_the_planned_scale(adult):
