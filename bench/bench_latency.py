@@ -203,6 +203,7 @@ def _run_case(
         script = [sys.executable, str(BENCH / "numpy_marginal_errors.py"), *argv[2:7:2]]
         variants.append(("numpy", "reference", script, base_env))
     runs: dict[tuple[str, str], list[dict]] = {(c, v): [] for c, v, _, _ in variants}
+    commits = {name: _git_commit(path) for name, path in checkouts.items()}
     load_before = load_average()
     for repeat in range(repeats):
         for code, variant, command, env in variants:
@@ -213,6 +214,9 @@ def _run_case(
                 phases_path.unlink(missing_ok=True)
             runs[code, variant].append(_measure(command, env, phases_path if reports_phases else None))
     load_after = load_average()
+    changed = [name for name, path in checkouts.items() if _git_commit(path) != commits[name]]
+    if changed:  # a commit made during the run: its records cannot name the code they measured
+        raise RuntimeError(f"the checkouts {changed} changed commit during the run; rerun on a fixed tree")
     sizes = {"case": case, "argv": " ".join(CASES[case])}
     reference = statistics.median(r["wall_s"] for r in runs.get(("numpy", "reference"), [{"wall_s": np.nan}]))
     for (code, variant), measured in runs.items():
@@ -224,7 +228,7 @@ def _run_case(
             f"latency/{case}",
             sizes,
             code=code,
-            code_commit=_git_commit(checkouts[code]) if code in checkouts else None,
+            code_commit=commits.get(code),
             variant=variant,
             repeats=repeats,
             **summary,
