@@ -21,7 +21,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxdp import api, datasets
+from jaxdp import _compile_cache, api, datasets
 from jaxdp._io import atomic_open
 from jaxdp._version import __version__
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError
@@ -105,6 +105,7 @@ def _build_parser() -> argparse.ArgumentParser:
         default=0.95,
         help="confidence of AIM's per-marginal error bounds in the report (default 0.95)",
     )
+    _add_cache_arg(synth)
     synth.add_argument("--out", required=True, help="output CSV")
     synth.add_argument("--report", help="privacy report JSON (safe to publish with the output)")
     synth.add_argument(
@@ -118,7 +119,18 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--synth", required=True, help="synthetic CSV")
     ev.add_argument("--domain", help="domain or schema JSON")
     ev.add_argument("--workload", default="all-3way", help="all-Kway or a JSON file")
+    _add_cache_arg(ev)
     return parser
+
+
+def _add_cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="compile every program afresh and write none to disk (also: JAXDP_NO_COMPILE_CACHE=1). "
+        f"By default compiled programs are kept in {_compile_cache.cache_directory()} "
+        "(JAXDP_CACHE_DIR moves it); they hold no data values, but their shapes show the table's size",
+    )
 
 
 def _add_data_args(p: argparse.ArgumentParser) -> None:
@@ -303,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 bad input or arguments)."""
     try:
         args = _build_parser().parse_args(argv)
+        if not args.no_compile_cache:
+            _compile_cache.enable()  # before anything compiles
         with _log_to_stderr():
             if args.command == "synth":
                 _synth(args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import jax
@@ -10,6 +11,10 @@ import pytest
 
 jax.config.update("jax_debug_key_reuse", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# The CLI turns JAX's persistent compilation cache on for its process; tests call it in-process,
+# and must neither write to the user's cache directory nor load programs an older run left there.
+# tests/test_compile_cache.py turns it on, in subprocesses, with a cache directory of its own.
+os.environ["JAXDP_NO_COMPILE_CACHE"] = "1"
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

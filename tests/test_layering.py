@@ -6,6 +6,8 @@ other; anything else on the same floor or above is an upward import.
 """
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,12 @@ def test_no_unkeyed_randomness_in_the_package():
         text = path.read_text()
         for banned in ("np.random", "numpy.random", "import random", "PRNGKey("):
             assert banned not in text, f"{path} uses {banned}"
+
+
+def test_importing_jaxdp_leaves_optional_and_heavy_libraries_unloaded():
+    """flax, optax, mbi, scipy, pandas and tqdm load when a mechanism or option needs them: a
+    command-line run pays their import (flax about half a second) only then."""
+    heavy = ("flax", "optax", "mbi", "scipy", "pandas", "tqdm")
+    code = f"import sys, jaxdp, jaxdp.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

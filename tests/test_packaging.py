@@ -30,7 +30,7 @@ def test_the_distribution_name_is_ours_and_the_import_name_stays():
     """`jaxdp` on PyPI is an unrelated project (dynamic programming for MDPs)."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["project"]["name"] == DISTRIBUTION != "jaxdp"
-    assert pyproject["project"]["scripts"] == {"jaxdp": "jaxdp.cli:main"}  # the command stays jaxdp
+    assert pyproject["project"]["scripts"] == {"jaxdp": "jaxdp.__main__:run"}  # the command stays jaxdp
     assert pyproject["tool"]["setuptools"]["packages"]["find"] == {"include": ["jaxdp*"]}  # and the import
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from jaxdp.types import Array
 
@@ -48,6 +47,8 @@ def fit(
     Returns:
         (params, int32 steps taken).
     """
+    import optax  # deferred: only fitting needs it, and `import jaxdp` stays light
+
     optimizer = optax.scale_by_adam()
     gamma = -jnp.inf if stop_below is None else stop_below
 

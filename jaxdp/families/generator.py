@@ -2,7 +2,8 @@
 
 For a fixed batch of latent vectors z (B, latent_dim), the B outputs are B product distributions
 over the domain; their uniform mixture is the synthetic distribution, answered with the same
-product-query kernel as relaxed rows. This is the only module that imports flax.
+product-query kernel as relaxed rows. Its network (`_network`, the only module that imports
+flax) is imported when a generator is first used.
 
 With `shard_batch`, the latent batch and the generator's outputs are constrained to be split by
 rows over every device (a one-dimensional mesh, axis "batch"); jit partitions the forward and
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,34 +24,6 @@ from jaxdp.families.relaxed import block_softmax, sample_rows
 from jaxdp.queries import RelaxedPlan, relaxed_marginals, relaxed_plan
 from jaxdp.queries.workload import MarginalWorkload
 from jaxdp.types import Array, Key, pytree_dataclass, static_field
-
-
-class _BatchNorm(nn.Module):
-    """Normalisation over the latent batch with learned scale and shift. The batch is fixed, so
-    batch statistics are the statistics: no running averages or train/eval modes."""
-
-    @nn.compact
-    def __call__(self, h):
-        scale = self.param("scale", nn.initializers.ones, (h.shape[-1],))
-        shift = self.param("shift", nn.initializers.zeros, (h.shape[-1],))
-        mean = h.mean(axis=0, keepdims=True)
-        var = h.var(axis=0, keepdims=True)
-        return (h - mean) * jax.lax.rsqrt(var + 1e-5) * scale[None, :] + shift[None, :]
-
-
-class _Network(nn.Module):
-    """Residual blocks h -> [relu(norm(dense(h))), h] (the input is carried along, so each
-    layer sees every earlier one), then a dense layer to the one-hot width."""
-
-    hidden: Sequence[int]
-    width: int
-
-    @nn.compact
-    def __call__(self, z):
-        h = z
-        for size in self.hidden:
-            h = jnp.concatenate([nn.relu(_BatchNorm()(nn.Dense(size)(h))), h], axis=-1)
-        return nn.Dense(self.width)(h)
 
 
 @pytree_dataclass
@@ -97,8 +69,10 @@ class Generator:
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
     @property
-    def _module(self) -> _Network:
-        return _Network(self.hidden, sum(self.sizes))
+    def _module(self):
+        from jaxdp.families._network import Network  # flax loads when a generator is first used
+
+        return Network(self.hidden, sum(self.sizes))
 
     def latent(self, key: Key) -> Array:
         """The fixed latent batch z ~ N(0, I), (batch, latent_dim) (public randomness)."""

@@ -30,7 +30,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxdp import _checks
 from jaxdp.accounting import Plan
@@ -74,6 +73,8 @@ def _fractions(family: Generator, params, latent: Array) -> Array:
 def _fit(family: Generator, params, latent: Array, targets: Array, weights: Array, rate: Array, steps: int):
     """`steps` Adam steps (fresh moments, warm-started parameters) on
     sum_cells weights (G(z) answers - targets)^2, with targets in fractions."""
+    import optax  # deferred: only fitting needs it, and `import jaxdp` stays light
+
     optimizer = optax.adam(rate)
 
     def loss(p):

@@ -4,19 +4,23 @@ Counts are what add/remove-one mechanisms measure; fractions (counts / n, n publ
 replace-one mechanisms measure.
 
 The fast path (`marginal_counts`) computes each marginal's flattened cell index per record and
-counts with a one-dimensional scatter-add into that marginal's histogram, which stays in cache.
-Marginals are bucketed by their cell count rounded up to a power of two; each bucket is one loop
-over its marginals, so the compiled program has one loop per bucket (about a dozen), not one op
-per marginal, and two workloads with the same bucket layout share one compiled program (the
-plan's attribute indices are array leaves, not constants). Records are taken in chunks (outer
-loop) and every marginal reads the chunk from cache (inner loop), so the table is read once and
-never copied, and memory is one chunk plus the histograms for any number of records.
+counts with a one-dimensional scatter-add into one flat histogram holding every marginal's cells
+back to back (marginal i's cells start at its offset). One loop runs over the marginals, so the
+compiled program is one loop whatever the workload, its size does not grow with the number of
+marginals, and two workloads with the same number of marginals, clique size and total cells share
+one compiled program (the plan's attribute indices, strides and offsets are array leaves, not
+constants). Records are taken in chunks (outer loop) and every marginal reads the chunk from cache
+(inner loop), so the table is read once and never copied, and memory is one chunk plus the
+histogram for any number of records.
 
-Measured on the 2-core CPU for ADULT's 286 3-way marginals (48,842 records): this path ~15 ms;
-one vmapped scatter of all (records x marginals) indices ~100 ms (XLA:CPU's batched scatter is
-several times slower per update than its 1-D scatter); the per-marginal NumPy `bincount` loop
-~170-230 ms. A one-hot matmul would cost records x cells multiply-adds (15 G for ADULT, ~0.3 s),
-so the scatter is used throughout.
+Measured on the 2-core CPU (load average 8-10, so times are pessimistic) for the 364 3-way
+marginals of the 14-attribute Private-PGM ADULT (20.9 M cells): compile 0.6 s and run 0.2 s, where
+the earlier layout (marginals bucketed by histogram length, one loop per bucket, then a gather
+back to workload order) took 5 s and 1.2 s; for the bundled ADULT's 286 3-way marginals the two
+run in the same tens of milliseconds and the flat one compiles in 0.5 s instead of 3 s. A vmapped
+scatter of all (records x marginals) indices is several times slower per update than the 1-D
+scatter on XLA:CPU, and a one-hot matmul would cost records x cells multiply-adds (15 G for ADULT),
+so the 1-D scatter is used throughout.
 
 `counting_query_answers` is the general path for any batch of counting queries (e.g. a subset of
 a workload): the one-record predicate vmapped over records and queries in bounded chunks.
@@ -45,24 +49,27 @@ EXACT_ROW_CHUNK_ACCELERATOR = 1 << 20
 class ExactPlan:
     """Array form of a marginal workload for counting on records.
 
-    Marginals are grouped into buckets of equal histogram length (`bins`, a power of two >= the
-    marginal's cell count). Within a bucket every marginal is padded to `k` attributes (padding:
-    attribute 0 with stride 0, which adds nothing to the cell index).
+    Every distinct marginal is padded to `k` attributes (padding: attribute 0 with stride 0, which
+    adds nothing to the cell index); its cells occupy `offsets[i] : offsets[i] + cells_i` of one
+    flat histogram of `n_cells` counts, in the order of first appearance in the workload.
 
     Attributes:
-        attrs: per bucket, (m_b, k) int32 attribute indices.
-        strides: per bucket, (m_b, k) int32 row-major strides.
+        attrs: (m_unique, k) int32 attribute indices.
+        strides: (m_unique, k) int32 row-major strides.
+        offsets: (m_unique,) int32 start of each distinct marginal's cells in the flat histogram.
         flat_index: (n_queries,) int32 position of each counting query (workload order) in the
-            concatenation of the buckets' (m_b, bins_b) histograms.
-        bins: per bucket histogram length (static).
+            flat histogram, or None when the workload repeats no marginal (the histogram is then
+            already in workload order).
+        n_cells: length of the flat histogram (static).
         n_queries: number of counting queries (static).
         n_attributes: number of categorical attributes the codes must have (static).
     """
 
-    attrs: tuple[Array, ...]
-    strides: tuple[Array, ...]
-    flat_index: Array
-    bins: tuple[int, ...] = static_field()
+    attrs: Array
+    strides: Array
+    offsets: Array
+    flat_index: Array | None
+    n_cells: int = static_field()
     n_queries: int = static_field()
     n_attributes: int = static_field()
 
@@ -75,39 +82,28 @@ def exact_plan(workload: MarginalWorkload) -> ExactPlan:
         unique.setdefault(c, len(unique))
     cliques = list(unique)
     k = max(len(c) for c in cliques)
-    cells = [int(np.prod([workload.sizes[a] for a in c])) for c in cliques]
-    bins_of = [1 << max(0, (n - 1).bit_length()) for n in cells]
-    order = sorted(set(bins_of))
-    attrs, strides, bins = [], [], []
-    start_of: dict[int, int] = {}  # unique clique -> start of its histogram in the concatenation
-    base = 0
-    for b in order:
-        members = [u for u, bb in enumerate(bins_of) if bb == b]
-        a = np.zeros((len(members), k), np.int32)
-        s = np.zeros((len(members), k), np.int32)
-        for r, u in enumerate(members):
-            c = cliques[u]
-            shape = [workload.sizes[x] for x in c]
-            a[r, : len(c)] = c
-            s[r, : len(c)] = [int(np.prod(shape[j + 1 :])) for j in range(len(c))]
-            start_of[u] = base + r * b
-        base += len(members) * b
-        attrs.append(a)
-        strides.append(s)
-        bins.append(b)
-    flat = np.concatenate(
-        [
-            start_of[unique[c]] + np.arange(n, dtype=np.int64)
-            for c, n in zip(workload.cliques, workload.cells, strict=True)
-        ]
-    )
+    attrs = np.zeros((len(cliques), k), np.int32)
+    strides = np.zeros((len(cliques), k), np.int32)
+    cells = np.zeros(len(cliques), np.int64)
+    for u, c in enumerate(cliques):
+        shape = [workload.sizes[x] for x in c]
+        attrs[u, : len(c)] = c
+        strides[u, : len(c)] = [int(np.prod(shape[j + 1 :])) for j in range(len(c))]
+        cells[u] = int(np.prod(shape))
+    offsets = np.concatenate([[0], np.cumsum(cells)[:-1]])
+    n_cells = int(cells.sum())
+    if n_cells >= 2**31:
+        raise ValueError(f"the workload has {n_cells} distinct cells; int32 cell indices hold < 2^31")
+    flat_index = None
+    if len(cliques) < len(workload.cliques):
+        flat_index = np.concatenate(
+            [
+                offsets[unique[c]] + np.arange(n, dtype=np.int64)
+                for c, n in zip(workload.cliques, workload.cells, strict=True)
+            ]
+        ).astype(np.int32)
     return ExactPlan(
-        tuple(attrs),
-        tuple(strides),
-        flat.astype(np.int32),
-        tuple(bins),
-        workload.n_queries,
-        len(workload.sizes),
+        attrs, strides, offsets.astype(np.int32), flat_index, n_cells, workload.n_queries, len(workload.sizes)
     )
 
 
@@ -126,24 +122,19 @@ def _check_codes(codes: Array, n_attributes: int) -> Array:
     return codes.astype(jnp.int32)
 
 
-def _count_chunk(hists: list[Array], codes_t: Array, valid: Array | None, plan: ExactPlan) -> list[Array]:
-    """Add one chunk of records (codes_t: (d, rows)) to every bucket's (m_b, bins) histograms."""
-    out = []
-    for hist, attrs, strides, bins in zip(hists, plan.attrs, plan.strides, plan.bins, strict=True):
-        attrs, strides = jnp.asarray(attrs), jnp.asarray(strides)
+def _count_chunk(hist: Array, codes_t: Array, valid: Array | None, plan: ExactPlan) -> Array:
+    """Add one chunk of records (codes_t: (d, rows)) to the flat (n_cells,) histogram."""
+    attrs, strides, offsets = jnp.asarray(plan.attrs), jnp.asarray(plan.strides), jnp.asarray(plan.offsets)
 
-        def one_marginal(i, h, attrs=attrs, strides=strides, bins=bins):
-            idx = jnp.sum(codes_t[attrs[i]] * strides[i][:, None], axis=0)
-            if valid is not None:  # rows outside this chunk's share go to a dropped bin
-                idx = jnp.where(valid, idx, bins)
-            # A 1-D scatter into one marginal's histogram, updated in place: XLA's batched
-            # (2-D) scatter is several times slower per update.
-            row = jax.lax.dynamic_index_in_dim(h, i, keepdims=False)
-            row = row.at[idx].add(1, mode="drop")
-            return jax.lax.dynamic_update_index_in_dim(h, row, i, 0)
+    def one_marginal(i, h):
+        idx = offsets[i] + jnp.sum(codes_t[attrs[i]] * strides[i][:, None], axis=0)
+        if valid is not None:  # rows outside this chunk's share go past the end and are dropped
+            idx = jnp.where(valid, idx, plan.n_cells)
+        # A 1-D scatter into the loop-carried histogram, updated in place: XLA's batched (2-D)
+        # scatter is several times slower per update.
+        return h.at[idx].add(1, mode="drop")
 
-        out.append(jax.lax.fori_loop(0, hist.shape[0], one_marginal, hist))
-    return out
+    return jax.lax.fori_loop(0, attrs.shape[0], one_marginal, hist)
 
 
 def marginal_counts(
@@ -156,9 +147,10 @@ def marginal_counts(
     """Counts of every counting query of the workload.
 
     Args:
-        codes: (n_records, n_categorical) integer codes.
+        codes: (n_records, n_categorical) integer codes, each within its attribute's size (a
+            validated `Dataset`'s codes are).
         workload: the marginals to answer, or their `exact_plan` (an array pytree: pass the plan
-            as a jit argument and every workload with the same bucket layout reuses one program).
+            as a jit argument and every workload with the same shapes reuses one program).
         dtype: output dtype (float32 for noise addition; int32 for exact integer counts). Counting
             is done in int32 and cast at the end, so float32 counts are exact up to 2^24.
         row_chunk: records per scatter step (static; default 4096 on CPU, 2^20 on accelerators);
@@ -181,24 +173,24 @@ def marginal_counts(
         row_chunk = EXACT_ROW_CHUNK_CPU if cpu else EXACT_ROW_CHUNK_ACCELERATOR
     rc = max(1, min(row_chunk, n))
     n_chunks = -(-n // rc)
-    hists = [jnp.zeros((a.shape[0], b), jnp.int32) for a, b in zip(plan.attrs, plan.bins, strict=True)]
+    hist = jnp.zeros(plan.n_cells, jnp.int32)
     if n_chunks == 1:
-        hists = _count_chunk(hists, codes.T, None, plan)
+        hist = _count_chunk(hist, codes.T, None, plan)
     else:
         # Rows outside, marginals inside: each chunk of records is read from cache by every
         # marginal (the other order streams the whole table once per marginal), and no copy of
         # the table is made. The last chunk is shifted back to end at row n; rows it shares with
         # the previous chunk are masked out.
-        def step(hists, start):
+        def step(hist, start):
             shifted = jnp.minimum(start, n - rc)
             chunk = jax.lax.dynamic_slice_in_dim(codes, shifted, rc, axis=0)
             valid = None if n % rc == 0 else shifted + jnp.arange(rc) >= start
-            return _count_chunk(hists, chunk.T, valid, plan), None
+            return _count_chunk(hist, chunk.T, valid, plan), None
 
-        hists, _ = jax.lax.scan(step, hists, jnp.arange(n_chunks) * rc)
-    hists = [h.reshape(-1) for h in hists]
-    flat = hists[0] if len(hists) == 1 else jnp.concatenate(hists)
-    return flat[jnp.asarray(plan.flat_index)].astype(dtype)
+        hist, _ = jax.lax.scan(step, hist, jnp.arange(n_chunks) * rc)
+    if plan.flat_index is not None:
+        hist = hist[jnp.asarray(plan.flat_index)]
+    return hist.astype(dtype)
 
 
 def marginal_fractions(

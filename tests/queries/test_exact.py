@@ -115,10 +115,24 @@ def test_two_workloads_of_the_same_shapes_compile_once():
 
 
 def test_program_size_does_not_grow_with_the_workload():
-    # 286 marginals of ADULT's shapes fall into a handful of histogram buckets: one loop each.
-    plan = exact_plan(all_kway(datasets.domain("adult").sizes, 3))
-    assert len(plan.bins) <= 16
-    assert sum(a.shape[0] for a in plan.attrs) == 286
+    # One loop over the marginals: 286 of ADULT's 3-way marginals lower to the same number of
+    # scatters as 2 of them (a loop per marginal, or per histogram size, would grow with them).
+    sizes = datasets.domain("adult").sizes
+    codes = jnp.zeros((10, len(sizes)), jnp.int32)
+
+    def n_scatters(workload):
+        text = (
+            jax.jit(marginal_counts, static_argnums=2).lower(codes, exact_plan(workload), jnp.int32).as_text()
+        )
+        return text.count("stablehlo.scatter")
+
+    assert n_scatters(all_kway(sizes, 3)) == n_scatters(from_cliques(sizes, [(0, 1), (2, 3)])) >= 1
+
+
+def test_repeated_marginals_are_counted_once_and_gathered():
+    plan = exact_plan(WORKLOADS["repeats"])
+    assert plan.attrs.shape[0] == 3 and plan.flat_index is not None
+    assert exact_plan(WORKLOADS["all-3way"]).flat_index is None  # no repeats: no gather
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,0 +1,251 @@
+"""The command line's persistent compilation cache holds no private value (DESIGN.md section 6).
+
+`python -m jaxdp` writes the programs it compiles to disk (`jaxdp/_compile_cache.py`). These tests
+plant a private table whose values cannot appear by chance, run command-line jobs on it in a fresh
+process (`tests/_cache_probe.py`: `jaxdp.cli.main`, the cache on by default under a temporary
+`XDG_CACHE_HOME`), and look for the table in two places:
+
+1. the constants of every program the jobs lowered (each closed jaxpr JAX lowers, nested jaxprs
+   included): private records, true answers and the mechanism's `Sensitive` leaves must enter as
+   arguments, never as constants;
+2. every file of the cache directory after the jobs, decompressed as JAX wrote it.
+
+A needle is a window of 32 consecutive values of a private array (row-major and column-major; the
+whole array if it is shorter, down to 8 values), in each encoding a constant of it would take: raw
+little-endian int32, int64, uint8 and float32 (how NumPy constants and XLA's float literals are
+stored) and protobuf varints (how serialized HLO stores integer literals). Windows with fewer than
+4 distinct values are not used. A 32-value window of the planted records carries over 64 bits of
+their randomness, so a chance match in a few megabytes of programs has probability below 1e-12;
+the shortest needles (8 counts of about 67 +- 8, each value at most 5% likely) carry about 35
+bits, a chance match below 1e-4 per megabyte scanned; a false alarm is a failure to look into,
+never a missed leak. The
+negative control compiles programs that close over the planted records and over their true
+answers: both checks must find each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from jax._src import compilation_cache  # how JAX compresses entries (zstd or zlib)
+
+from jaxdp import api
+from jaxdp.domain import Dataset, Domain, read_csv, write_csv
+from jaxdp.types import Sensitive
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = {"a": 5, "b": 7, "c": 6, "d": 4, "e": 9}
+WINDOW = 32
+SEED = "3735928559"  # 0xDEADBEEF: a root key word no counter or size equals
+
+
+def _planted(tmp: Path, *, mixed: bool = False) -> Path:
+    """A private table (600 records) and its domain as the CLI reads them: tmp/planted.{csv,json}.
+    `mixed`: a raw table with numeric columns and labels, and its schema (for rap++)."""
+    rng = np.random.default_rng(20261124)
+    if not mixed:
+        codes = np.stack([rng.integers(0, s, 600) for s in SIZES.values()], axis=1).astype(np.int32)
+        (tmp / "planted.json").write_text(json.dumps(SIZES))
+        write_csv(tmp / "planted.csv", Dataset.from_codes(Domain.load(tmp / "planted.json"), codes))
+        return tmp / "planted.csv"
+    schema = {
+        "columns": {
+            "age": {"type": "numeric", "lower": 17, "upper": 90},
+            "hours": {"type": "numeric", "lower": 0, "upper": 99},
+            "colour": {"type": "categorical", "categories": ["red", "blue", "green"]},
+            "level": {"type": "categorical", "size": 5},
+            "label": {"type": "categorical", "categories": ["no", "yes"]},
+        },
+        "target": "label",
+    }
+    (tmp / "planted.json").write_text(json.dumps(schema))
+    columns = zip(
+        rng.uniform(17, 90, 600).round(2),
+        rng.uniform(0, 99, 600).round(2),
+        rng.choice(["red", "blue", "green"], 600),
+        rng.integers(0, 5, 600),
+        rng.choice(["no", "yes"], 600),
+        strict=True,
+    )
+    lines = [",".join(schema["columns"])] + [",".join(map(str, row)) for row in columns]
+    (tmp / "planted.csv").write_text("\n".join(lines) + "\n")
+    return tmp / "planted.csv"
+
+
+def _varints(values: np.ndarray) -> bytes:
+    out = bytearray()
+    for value in values.tolist():
+        value %= 1 << 64  # protobuf writes a negative int32/int64 as its 64-bit two's complement
+        while True:
+            low, value = value & 0x7F, value >> 7
+            out.append(low | (0x80 if value else 0))
+            if not value:
+                break
+    return bytes(out)
+
+
+def _needles(array: np.ndarray) -> set[bytes]:
+    array = np.asarray(array)
+    flats = [array.ravel()] + ([array.T.ravel()] if array.ndim == 2 else [])
+    needles: set[bytes] = set()
+    for flat in flats:
+        width = min(WINDOW, flat.size)
+        if width < 8:
+            continue
+        for start in (0, (flat.size - width) // 2, flat.size - width):
+            window = flat[start : start + width]
+            if np.unique(window).size < 4:
+                continue
+            needles.add(window.astype("<f4").tobytes())
+            if np.issubdtype(window.dtype, np.integer):
+                needles |= {window.astype("<i4").tobytes(), window.astype("<i8").tobytes(), _varints(window)}
+                if window.min() >= 0 and window.max() < 256:
+                    needles.add(window.astype(np.uint8).tobytes())
+    return needles
+
+
+def _private_needles(csv: Path, jobs: list[list[str]]) -> dict[str, set[bytes]]:
+    """Needles of the planted records, of their true counts and fractions on each job's workload,
+    and of the `Sensitive` leaves of each job's mechanism built as the CLI builds it."""
+    domain = Domain.load(csv.with_suffix(".json"))
+    data = read_csv(csv, domain)
+    needles = {"records": _needles(data.codes) | _needles(data.numeric), "answers": set(), "sensitive": set()}
+    for argv in jobs:
+        workload = api.workload_from_spec(_option(argv, "--workload", "all-3way"), domain)
+        counts = np.concatenate([_marginal(data.codes, clique, domain.sizes) for clique in workload.cliques])
+        needles["answers"] |= _needles(counts) | _needles(counts.astype(np.float32) / np.float32(len(data)))
+        if argv[0] == "synth":
+            mech = api.build(
+                _option(argv, "--mechanism"),
+                data,
+                workload,
+                epsilon=float(_option(argv, "--epsilon")),
+                rounds=int(_option(argv, "--rounds")) if "--rounds" in argv else None,
+                public=read_csv(_option(argv, "--public"), domain) if "--public" in argv else None,
+            )
+            for leaf in jax.tree_util.tree_leaves(mech, is_leaf=lambda x: isinstance(x, Sensitive)):
+                if isinstance(leaf, Sensitive):
+                    for array in jax.tree_util.tree_leaves(leaf):
+                        needles["sensitive"] |= _needles(np.asarray(array))
+    return needles
+
+
+def _marginal(codes: np.ndarray, clique: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:
+    shape = tuple(sizes[a] for a in clique)
+    return np.bincount(np.ravel_multi_index(codes[:, clique].T, shape), minlength=int(np.prod(shape)))
+
+
+def _option(argv: list[str], name: str, default: str | None = None) -> str:
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+def _probe(tmp: Path, jobs: list[list[str]], *, bake: Path | None = None, env: dict | None = None) -> dict:
+    """Run the jobs in a fresh process; its lowered programs' constants and its cache directory."""
+    out = tmp / "probe"
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    command = [sys.executable, str(ROOT / "tests" / "_cache_probe.py"), str(out), str(tmp / "jobs.json")]
+    command += ["--bake", str(bake)] if bake is not None else []
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("JAXDP_", "JAX_COMPILATION_CACHE"))}
+    run_env.update(XDG_CACHE_HOME=str(tmp / "xdg"), PYTHONPATH=str(ROOT), **(env or {}))
+    done = subprocess.run(command, env=run_env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    programs = json.loads((out / "programs.json").read_text())
+    assert programs["statuses"] == [0] * len(jobs), done.stderr[-3000:]
+    cache_dir = tmp / "xdg" / "jaxdp" / "xla"
+    entries = sorted(cache_dir.glob("*-cache")) if cache_dir.is_dir() else []
+    return {
+        "programs": programs["programs"],
+        "constants": [p.read_bytes() for p in sorted((out / "constants").iterdir())],
+        "cache_dir": cache_dir,
+        "entries": {p.name: compilation_cache.decompress_executable(p.read_bytes()) for p in entries},
+    }
+
+
+def _found(needles: set[bytes], haystacks: dict[str, bytes] | list[bytes]) -> list[str]:
+    items = haystacks.items() if isinstance(haystacks, dict) else enumerate(haystacks)
+    return [str(name) for name, data in items if any(n in data for n in needles)]
+
+
+# AIM's filter needs at least one round per attribute of the workload.
+ROUNDS = {"aim": len(SIZES), "aim-gem": len(SIZES)}
+
+
+def _jobs(csv: Path, tmp: Path, mechanisms: list[str]) -> list[list[str]]:
+    """`synth` with every output file for each mechanism, then `evaluate` against another table."""
+    data = ["--data", str(csv), "--domain", str(csv.with_suffix(".json")), "--workload", "all-2way"]
+    jobs = []
+    for name in mechanisms:
+        spec = api.MECHANISMS[name]
+        argv = ["synth", "--mechanism", name, *data, "--epsilon", "1", "--seed", SEED]
+        argv += [] if spec.one_round else ["--rounds", str(ROUNDS.get(name, 2))]
+        argv += ["--public", str(tmp / "public.csv")] if spec.public else []
+        argv += ["--out", str(tmp / f"{name}.csv"), "--report", str(tmp / f"{name}.json")]
+        jobs.append([*argv, "--errors", str(tmp / f"{name}-errors.json")])
+    other = tmp / "public.csv" if (tmp / "public.csv").exists() else tmp / f"{mechanisms[0]}.csv"
+    jobs.append(["evaluate", "--real", str(csv), "--synth", str(other), *data[2:]])
+    return jobs
+
+
+def _public(tmp: Path) -> None:
+    """A public table over the planted domain, drawn independently of the private one."""
+    rng = np.random.default_rng(7)
+    codes = np.stack([rng.integers(0, s, 200) for s in SIZES.values()], axis=1).astype(np.int32)
+    write_csv(tmp / "public.csv", Dataset.from_codes(Domain.load(tmp / "planted.json"), codes))
+
+
+def _check_jobs(tmp: Path, mechanisms: list[str], *, mixed: bool = False) -> dict:
+    csv = _planted(tmp, mixed=mixed)
+    if not mixed:
+        _public(tmp)
+    jobs = _jobs(csv, tmp, mechanisms)
+    probe = _probe(tmp, jobs)
+    assert probe["entries"], "the CLI wrote no program to its cache: the cache is not on by default"
+    for kind, needles in _private_needles(csv, jobs).items():
+        assert needles or kind == "sensitive", f"no {kind} needle: the check would pass vacuously"
+        assert _found(needles, probe["constants"]) == [], f"a lowered program holds private {kind}"
+        assert _found(needles, probe["entries"]) == [], f"a cached program holds private {kind}"
+    return probe
+
+
+def test_cli_programs_and_cache_hold_no_private_value(tmp_path):
+    probe = _check_jobs(tmp_path, ["pep"])
+    # the jobs' run, release and evaluation programs were all seen and all cached
+    for program in ("_scan_rounds", "_release", "_padded_counts"):
+        assert program in probe["programs"], probe["programs"]
+    assert len(probe["entries"]) >= len(set(probe["programs"])) // 2
+    assert stat.S_IMODE(probe["cache_dir"].stat().st_mode) == 0o700  # private to the user
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in api.MECHANISMS if n != "pep"])
+def test_every_mechanism_leaves_no_private_value_in_programs_or_cache(tmp_path, name):
+    # rap++ on a raw table with numeric columns (its records' numeric values are needles too)
+    _check_jobs(tmp_path, [name], mixed=name == "rap++")
+
+
+def test_programs_that_bake_the_table_or_its_answers_in_are_caught(tmp_path):
+    """Negative control: the same checks find records, and true answers, that a program closes over."""
+    csv = _planted(tmp_path)
+    probe = _probe(tmp_path, [], bake=csv)
+    needles = _private_needles(csv, [["evaluate", "--workload", "all-2way"]])
+    for kind in ("records", "answers"):
+        assert len(_found(needles[kind], probe["constants"])) == 1, f"the jaxpr check missed baked-in {kind}"
+        assert len(_found(needles[kind], probe["entries"])) == 1, f"the cache scan missed baked-in {kind}"
+
+
+@pytest.mark.parametrize(
+    ("flag", "env"), [("--no-compile-cache", {}), (None, {"JAXDP_NO_COMPILE_CACHE": "1"})]
+)
+def test_opting_out_writes_no_program(tmp_path, flag, env):
+    csv = _planted(tmp_path)
+    argv = ["evaluate", "--real", str(csv), "--synth", str(csv), "--domain", str(csv.with_suffix(".json"))]
+    probe = _probe(tmp_path, [[*argv, flag] if flag else argv], env=env)
+    assert "_padded_counts" in probe["programs"] and not probe["cache_dir"].exists()
