@@ -34,6 +34,8 @@ REPORT_KEYS = {
     "seconds",
     "rows",
     "output",
+    "noise",
+    "preprocessing",
     "jaxdp_version",
 }
 
