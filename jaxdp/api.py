@@ -73,7 +73,9 @@ class MechanismSpec:
         one_round: the mechanism runs exactly one round (no `rounds` option).
         public: the mechanism needs a public table over the same domain.
         cap_rounds: the default rounds are capped at the workload's marginal count (mechanisms
-            that measure each marginal at most once).
+            that measure each marginal at most once), divided by the marginals measured a round.
+        per_round: the marginals the factory measures each round by default
+            (`marginals_per_round`), for that cap.
         releases: "records" (a synthetic table) or "answers" (noisy workload answers).
         relaxed: the mechanism fits a distribution whose own answers (`relaxed_answers(state)`)
             differ from its sampled records'.
@@ -102,6 +104,7 @@ class MechanismSpec:
     own_workload: bool = False
     relations: tuple[Neighboring, ...] = (Neighboring.REPLACE_ONE,)
     real_numeric: bool = False
+    per_round: int = 1
 
 
 def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget):
@@ -174,8 +177,8 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "pep": MechanismSpec(pep, rounds=25, cap_rounds=True),
     "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True),
     "pep-pub": MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True),
-    "rap": MechanismSpec(rap, rounds=10, cap_rounds=True, relaxed=True),
-    "rap-softmax": MechanismSpec(rap_softmax, rounds=10, cap_rounds=True, relaxed=True),
+    "rap": MechanismSpec(rap, rounds=10, cap_rounds=True, per_round=5, relaxed=True),
+    "rap-softmax": MechanismSpec(rap_softmax, rounds=10, cap_rounds=True, per_round=5, relaxed=True),
     "gem": MechanismSpec(gem, rounds=50, cap_rounds=True, relaxed=True),
     "gem-pub": MechanismSpec(gem_pub, rounds=50, cap_rounds=True, relaxed=True, public=True),
     "dualquery": MechanismSpec(dualquery, rounds=100),
@@ -464,7 +467,8 @@ def build(
         budget["rho"] = rho
     if not spec.one_round:
         if rounds is None and spec.rounds is not None:
-            rounds = _default_rounds(name, spec, workload, options.get("marginals_per_round", 1))
+            per_round = options.get("marginals_per_round", spec.per_round)
+            rounds = _default_rounds(name, spec, workload, per_round)
         if rounds is not None:
             options["rounds"] = rounds
     if public is not None:
@@ -577,7 +581,8 @@ def execute(
         "delta": plan.delta,
         "rho_budget": plan.rho_budget,
         "rho_spent": spent,
-        "epsilon_spent": epsilon_from_rho(spent, plan.delta, plan.conversion),
+        # A plan with a rho budget (what preprocessing left) has no delta to convert at.
+        "epsilon_spent": None if plan.delta is None else epsilon_from_rho(spent, plan.delta, plan.conversion),
         "conversion": plan.conversion,
         "relation": mechanism.relation.value,
         "noise": noise_name(run.ledger),

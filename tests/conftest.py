@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import jax
@@ -11,7 +12,11 @@ import pytest
 jax.config.update("jax_debug_key_reuse", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# ../shared/data beside the checkout; JAXDP_SHARED_DATA points elsewhere (a git worktree whose
+# parent holds no shared/).
+SHARED_DATA = Path(
+    os.environ.get("JAXDP_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data")
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
