@@ -1,0 +1,224 @@
+"""Raw UCI Adult through a table schema: AIM (private quantile bins and equal-width bins), RAP++,
+GEM and Independent on mixed-type queries and ML utility (issue #16; not a timed test).
+
+Data: ../shared/data/dp-data-raw-adult/train.csv (32,561 rows, the private table) and test.csv
+(16,281 rows, held out), read with examples/adult_schema.json (six integer numeric columns with
+public bounds and no bins declared, nine categorical columns, target income>50K). Every
+mechanism runs through `jaxdp.synthesize` (delta 1e-9, each mechanism's default relation) and
+its release comes back in original labels and units:
+
+- `aim-quantiles`: AIM, every numeric column in 16 private quantile bins ("binning":
+  "quantiles", 10% of rho, charged in the ledger);
+- `aim-equal-width`: AIM, every numeric column in 16 equal-width bins over its bounds (free);
+- `gem`, `independent`: the schema as shipped (the default binning, `jaxdp.binning`);
+- `rap++`: numeric columns real (Section 5.1's classes: CM + mixed marginals + linear
+  thresholds).
+
+AIM and GEM answer the feature x feature x target marginals of the coded table (91, RAP++'s CM
+class); Independent the 1-way marginals.
+
+Metrics, of the released table in original units, on the held-out test split (and on train):
+- `mm`: mean absolute error over 20,000 random 2-way mixed marginals 1{income = y and x_j <= tau}
+  (`jaxdp.queries.mixed_marginal_answers`; tau uniform within the bounds);
+- `lt`: mean absolute error over 20,000 random class-conditional linear thresholds
+  (`jaxdp.queries.linear_threshold_answers`);
+- `f1`: macro F1 on test.csv of a logistic regression trained on the release
+  (`jaxdp.utility.logistic_f1`; trained on train.csv for reference: `f1_real`).
+Evaluation query sets come from keys of their own, not the training candidates.
+
+Each (mechanism, epsilon, seed) is appended to --out as one JSON line (commit, load average,
+seconds) as soon as it finishes; a rerun skips the points measured on the same commit (with
+--resume, on any commit), so a killed run loses at most the point in progress. Seeds are the
+outer loop: a partial run covers the whole grid at fewer seeds.
+
+    PYTHONPATH=. python bench/bench_mixed.py --seeds 0 1 2 3 4
+    PYTHONPATH=. python bench/bench_mixed.py --table   # the table of what is recorded
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from _common import Recorder, git_commit, load_average
+
+import jaxdp
+from jaxdp.coding import TableCoding
+from jaxdp.mechanisms import rap_plus as rp
+from jaxdp.queries import linear_threshold_answers, mixed_marginal_answers, random_linear_thresholds
+from jaxdp.tables import TableSchema, parse_table, read_table
+from jaxdp.utility import logistic_f1
+
+ROOT = Path(__file__).resolve().parent.parent
+RAW = Path(os.environ.get("JAXDP_SHARED_DATA", ROOT.parent / "shared" / "data")) / "dp-data-raw-adult"
+SCHEMA = json.loads((ROOT / "examples" / "adult_schema.json").read_text())
+KERNEL = "mixed_adult"
+EPSILONS = (0.3, 1.0, 3.0)
+DELTA = 1e-9
+EVAL_QUERIES = 20_000
+MECHANISMS = ("aim-quantiles", "aim-equal-width", "rap++", "gem", "independent")
+METRICS = ("mm_test", "lt_test", "f1")
+
+
+def schema_for(name: str) -> dict:
+    """The shipped schema, with every numeric column's binning set for the AIM variants."""
+    schema = json.loads(json.dumps(SCHEMA))
+    for spec in schema["columns"].values():
+        if spec["type"] == "numeric" and name == "aim-quantiles":
+            spec.update(binning="quantiles", bins=16)
+        elif spec["type"] == "numeric" and name == "aim-equal-width":
+            spec.update(bins=16)
+    return schema
+
+
+def class_conditional(names: list[str], target: str) -> list[list[str]]:
+    features = [n for n in names if n != target]
+    return [[a, b, target] for i, a in enumerate(features) for b in features[i + 1 :]]
+
+
+def run_point(name: str, epsilon: float, seed: int, train, evaluation) -> dict:
+    mechanism = "aim" if name.startswith("aim") else name
+    options: dict = {}
+    if mechanism in ("aim", "gem"):
+        options["workload"] = class_conditional(list(SCHEMA["columns"]), SCHEMA["target"])
+    elif mechanism == "independent":
+        options["workload"] = "all-1way"
+    else:
+        options["workload"] = None  # rap++: Section 5.1's classes
+    start = time.perf_counter()
+    result = jaxdp.synthesize(
+        train.columns(), schema_for(name), mechanism=mechanism, epsilon=epsilon, delta=DELTA,
+        key=jax.random.key(seed), **options,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    return {
+        "mechanism": name,
+        "epsilon": epsilon,
+        "seed": seed,
+        "relation": result.report["relation"],
+        "rows": result.report["rows"],
+        **evaluation(result.data),
+        "rho_spent_over_budget": result.report["rho_spent"] / result.report["rho_budget"],
+        "preprocessing_rho": result.report["preprocessing"]["rho"],
+        "binning": {
+            n: f"{c['coding']}, {c['bins']} bins"
+            for n, c in result.report["preprocessing"]["columns"].items()
+            if "bins" in c
+        },
+        "seconds": seconds,
+        "load_avg": load_average(),
+    }
+
+
+def evaluator(train, test):
+    """Errors and F1 of a released table (columns in original units)."""
+    schema = TableSchema.from_json(SCHEMA)
+    real = TableCoding(schema, {}, real=True)  # numeric columns real, normalised to the bounds
+    train_mixed, test_mixed = real.encode(train), real.encode(test)
+    domain = train_mixed.domain
+    target = [a.name for a in domain.categorical].index(domain.target)
+    sizes, n_numeric = domain.sizes, len(domain.numeric)
+    mixed = rp._target_prefix_queries(jax.random.key(1001), sizes, n_numeric, EVAL_QUERIES, [target])
+    linear = random_linear_thresholds(jax.random.key(1002), sizes, n_numeric, EVAL_QUERIES, [target])
+    linear = linear.materialize()
+    mixed_jit, linear_jit = jax.jit(mixed_marginal_answers), jax.jit(linear_threshold_answers)
+
+    def answers(data):
+        mm = np.asarray(mixed_jit(data.codes, data.numeric, mixed), np.float64) / len(data)
+        lt = np.asarray(linear_jit(data.codes, data.numeric, linear), np.float64) / len(data)
+        return mm, lt
+
+    truth = {"train": answers(train_mixed), "test": answers(test_mixed)}
+    f1_real = logistic_f1(train_mixed, test_mixed, domain.target)
+
+    def evaluate(release: dict) -> dict:
+        synthetic = real.encode(parse_table(schema, release))  # the release's columns, validated
+        mm, lt = answers(synthetic)
+        out = {"f1": logistic_f1(synthetic, test_mixed, domain.target), "f1_real": f1_real}
+        for split, (mm_true, lt_true) in truth.items():
+            out[f"mm_{split}"] = float(np.mean(np.abs(mm - mm_true)))
+            out[f"lt_{split}"] = float(np.mean(np.abs(lt - lt_true)))
+        return out
+
+    return evaluate
+
+
+def done_points(path: str, commit: str | None, any_commit: bool) -> set[tuple[str, float, int]]:
+    if not os.path.exists(path):
+        return set()
+    with open(path) as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    return {
+        (r["mechanism"], r["epsilon"], r["seed"])
+        for r in records
+        if r.get("kernel") == KERNEL
+        and (any_commit or (commit and not commit.endswith("-dirty") and r.get("commit") == commit))
+    }
+
+
+def table(path: str) -> str:
+    """Markdown: mean +- SE over seeds of every metric, per mechanism and epsilon."""
+    with open(path) as fh:
+        records = [r for r in map(json.loads, filter(str.strip, fh)) if r.get("kernel") == KERNEL]
+    groups: dict[tuple[str, float], list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["mechanism"], r["epsilon"]), []).append(r)
+    epsilons = sorted({e for _, e in groups})
+    lines = []
+    for metric in (*METRICS, "seconds"):
+        lines.append(f"\n{metric} (mean +- SE over seeds, n = seeds)\n")
+        lines.append("| mechanism | " + " | ".join(f"eps {e:g}" for e in epsilons) + " |")
+        lines.append("|---" * (len(epsilons) + 1) + "|")
+        for name in MECHANISMS:
+            cells = []
+            for e in epsilons:
+                values = [r[metric] for r in groups.get((name, e), [])]
+                if not values:
+                    cells.append("")
+                    continue
+                se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+                cells.append(f"{statistics.fmean(values):.4f} +- {se:.4f} (n={len(values)})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--epsilons", type=float, nargs="+", default=list(EPSILONS))
+    parser.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=MECHANISMS)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / f"{KERNEL}.jsonl"))
+    parser.add_argument("--resume", action="store_true", help="skip points measured on any commit")
+    parser.add_argument("--table", action="store_true", help="only print the table of --out")
+    args = parser.parse_args()
+    if args.table:
+        print(table(args.out))
+        return 0
+    if not RAW.is_dir():
+        print(f"bench_mixed: skipped, raw Adult not found at {RAW} (needs ../shared)", file=sys.stderr)
+        return 0
+    schema = TableSchema.from_json(SCHEMA)
+    train, test = (read_table(RAW / f"{split}.csv", schema) for split in ("train", "test"))
+    evaluate = evaluator(train, test)
+    recorder = Recorder(args.out)
+    done = done_points(args.out, git_commit(), args.resume)
+    sizes = {"train": len(train), "test": len(test), "eval_queries": EVAL_QUERIES}
+    for seed in args.seeds:
+        for epsilon in args.epsilons:
+            for name in args.mechanisms:
+                if (name, epsilon, seed) not in done:
+                    recorder.emit(KERNEL, sizes, **run_point(name, epsilon, seed, train, evaluate))
+                    jax.clear_caches()  # each point compiles its own programs; keep memory bounded
+    print(table(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
