@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -48,6 +47,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from _common import Recorder, git_commit, load_average
+from _plots import markdown_table, read_jsonl, summarise, write_csv
 
 import jaxdp
 from jaxdp.coding import TableCoding
@@ -151,42 +151,27 @@ def evaluator(train, test):
 
 
 def done_points(path: str, commit: str | None, any_commit: bool) -> set[tuple[str, float, int]]:
+    """Points already measured on this commit (a dirty tree resumes nothing), or on any commit."""
     if not os.path.exists(path):
         return set()
-    with open(path) as fh:
-        records = [json.loads(line) for line in fh if line.strip()]
+    same = commit is not None and not commit.endswith("-dirty")
     return {
         (r["mechanism"], r["epsilon"], r["seed"])
-        for r in records
-        if r.get("kernel") == KERNEL
-        and (any_commit or (commit and not commit.endswith("-dirty") and r.get("commit") == commit))
+        for r in read_jsonl(path, KERNEL)
+        if any_commit or (same and r.get("commit") == commit)
     }
 
 
 def table(path: str) -> str:
-    """Markdown: mean +- SE over seeds of every metric, per mechanism and epsilon."""
-    with open(path) as fh:
-        records = [r for r in map(json.loads, filter(str.strip, fh)) if r.get("kernel") == KERNEL]
-    groups: dict[tuple[str, float], list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["mechanism"], r["epsilon"]), []).append(r)
-    epsilons = sorted({e for _, e in groups})
-    lines = []
-    for metric in (*METRICS, "seconds"):
-        lines.append(f"\n{metric} (mean +- SE over seeds, n = seeds)\n")
-        lines.append("| mechanism | " + " | ".join(f"eps {e:g}" for e in epsilons) + " |")
-        lines.append("|---" * (len(epsilons) + 1) + "|")
-        for name in MECHANISMS:
-            cells = []
-            for e in epsilons:
-                values = [r[metric] for r in groups.get((name, e), [])]
-                if not values:
-                    cells.append("")
-                    continue
-                se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
-                cells.append(f"{statistics.fmean(values):.4f} +- {se:.4f} (n={len(values)})")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """Markdown tables (mean +- SE over seeds per mechanism and epsilon); a CSV beside `path`."""
+    records = read_jsonl(path, KERNEL)
+    columns = (*METRICS, "mm_train", "lt_train", "f1_real", "seconds")
+    for r in records:  # the shape `summarise` reads; every point builds and compiles its own
+        r["release"], r["wall_s"], r["includes_compile"] = {m: r[m] for m in columns}, r["seconds"], True
+    rows = summarise(records, sources=("release",), metrics=columns)
+    rows.sort(key=lambda r: (MECHANISMS.index(r["mechanism"]), r["epsilon"]))
+    write_csv(rows, os.path.splitext(path)[0] + ".csv")
+    return markdown_table(rows, (*METRICS, "seconds"), "release", "the release", names=list(MECHANISMS))
 
 
 def main() -> int:

@@ -31,7 +31,7 @@ from jaxdp.accounting import Plan, epsilon_from_rho
 from jaxdp.audit import LedgerEntry, rho_spent
 from jaxdp.binning import DEFAULT_BINNING_SHARE
 from jaxdp.coding import TableCoding
-from jaxdp.domain import Categorical, DataError, Dataset, Domain
+from jaxdp.domain import Categorical, DataError, Dataset, Domain, read_json
 from jaxdp.evaluate import answer_errors, fractions, workload_errors
 from jaxdp.keys import decode_key, require_key
 from jaxdp.mechanisms import (
@@ -312,10 +312,7 @@ def as_table_schema(schema: Any) -> TableSchema | None:
     if is_table_schema(schema):
         return TableSchema.from_json(schema)
     if isinstance(schema, str | os.PathLike):
-        try:
-            obj = json.loads(Path(schema).read_text())
-        except (OSError, ValueError) as err:
-            raise DataError(f"cannot read schema file {str(schema)!r}: {err}") from None
+        obj = read_json(schema, "schema")
         return TableSchema.from_json(obj) if is_table_schema(obj) else None
     return None
 

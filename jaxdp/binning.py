@@ -7,10 +7,10 @@ They come from, in the schema (`jaxdp.tables`):
 - `bins`: equal width over the public bounds (for an integer column, over its whole numbers,
   so that every bin holds at least one);
 - `edges`: the declared cut points;
-- `"binning": "quantiles"`: private quantiles, the one data-dependent choice: `QuantileBinning`
-  measures a histogram of each such column on a public fine grid (`fine_cuts`) with Gaussian
-  noise, charged to the release's budget, and the cut points are read off the noisy cumulative
-  counts (post-processing);
+- `"binning": "quantiles"`: private quantiles, the one data-dependent choice:
+  `quantile_measurement` measures a histogram of each such column on a public fine grid
+  (`fine_cuts`) with Gaussian noise, charged to the release's budget, and the cut points are read
+  off the noisy cumulative counts (post-processing);
 - nothing: `DEFAULT_BINNING` with `DEFAULT_BINS` bins.
 
 Every choice but the quantiles reads only the schema, so it is public and costs nothing.
@@ -18,18 +18,12 @@ Every choice but the quantiles reads only the schema, so it is public and costs 
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks
-from jaxdp import noise as noise_module
-from jaxdp.accounting import MEASURE_PRIMITIVE, Plan, PlannedCharge
-from jaxdp.keys import Stream, require_key, stream_key
-from jaxdp.mechanisms._common import RoundInfo, count_sigma, marginal_count_sensitivity
+from jaxdp.domain import Categorical, Dataset, Domain
+from jaxdp.mechanisms import Independent, independent
 from jaxdp.tables import NumericColumn, RawTable
-from jaxdp.types import Array, Key, Neighboring, Sensitive, pytree_dataclass, static_field
+from jaxdp.types import Neighboring
 
 DEFAULT_BINS = 16
 DEFAULT_BINNING = "equal-width"
@@ -119,68 +113,34 @@ def quantile_cuts(fine: np.ndarray, noisy_counts: np.ndarray, bins: int) -> np.n
     return fine[np.unique(cells[cells < len(fine)])]
 
 
-class BinningState(NamedTuple):
-    """noisy_counts: (sum of fine cells,) the noisy histograms, column after column."""
-
-    noisy_counts: Array
-    rounds_done: Array
-    rho_spent: Array
-
-
-@pytree_dataclass
-class QuantileBinning:
-    """Private quantile bins: one Gaussian measurement of fine histograms (one round).
-
-    Privacy:
-        One measurement of the concatenated fine-grid histograms of d columns (an empty cell is
-        counted in none): one record moves one count of each histogram, so the L2 sensitivity is
-        sqrt(d) under add/remove and sqrt(2 d) under replace-one (one count down, another up);
-        rho = sensitivity^2 / (2 sigma^2). Key stream MEASURE of round 0 of the key it is run
-        with (`jaxdp.keys.preprocess_key(root)` in a release). The cut points are
-        post-processing of the noisy counts.
-    """
-
-    counts: Sensitive
-    cells: tuple[int, ...] = static_field()
-    relation: Neighboring = static_field()
-    sigma: float = static_field()
-    sensitivity: float = static_field()
-    plan: Plan = static_field()
-    noise: str = static_field()
-    rounds: int = static_field(default=1)
-
-    def init(self, key: Key) -> BinningState:
-        require_key(key)
-        zero = jnp.zeros((), jnp.int32)
-        return BinningState(jnp.zeros(sum(self.cells), jnp.float32), zero, jnp.zeros((), jnp.float32))
-
-    def step(self, state: BinningState, key: Key) -> tuple[BinningState, RoundInfo]:
-        require_key(key)
-        noisy, charge = noise_module.measure_counts(
-            stream_key(key, Stream.MEASURE),
-            self.counts,
-            sigma=self.sigma,
-            sensitivity=self.sensitivity,
-            noise=self.noise,
-        )
-        spent = state.rho_spent + self.plan.rho_planned
-        return BinningState(noisy, state.rounds_done + 1, spent), RoundInfo(charges=(charge,))
-
-    def release(self, state: BinningState, key: Key) -> Array:
-        """The noisy counts (deterministic: the key is accepted for the common shape)."""
-        require_key(key)
-        return state.noisy_counts
+def fine_histograms(table: RawTable, columns: tuple[NumericColumn, ...]) -> Dataset:
+    """The private columns coded to their fine-grid cell (a last cell for an empty value): the
+    table whose 1-way marginals are the histograms private quantiles are read from."""
+    attributes, codes = [], []
+    for column in columns:
+        fine = fine_cuts(column)
+        values = table.values[column.name]
+        empty = np.isnan(values)
+        cell = bin_codes(fine, np.where(empty, column.lower, values))
+        attributes.append(Categorical(column.name, len(fine) + 1 + column.nullable))
+        codes.append(np.where(empty, len(fine) + 1, cell))
+    return Dataset(
+        Domain(tuple(attributes)),
+        np.stack(codes, axis=1).astype(np.int32),
+        np.zeros((len(table), 0), np.float32),
+    )
 
 
-def quantile_binning(
+def quantile_measurement(
     table: RawTable,
     columns: tuple[NumericColumn, ...],
     *,
     rho: float,
     relation: Neighboring,
     noise: str = "discrete",
-) -> QuantileBinning:
-    """Build the private quantile measurement of `columns` (their fine-grid histograms).
+) -> Independent:
+    """The private measurement behind quantile bins: the Independent mechanism on the columns'
+    fine-grid histograms (`fine_histograms`), which measures every histogram at once.
 
     Args:
         table: the private table.
@@ -190,34 +150,22 @@ def quantile_binning(
         noise: "discrete" (exact discrete Gaussian, default) or "float" (`jaxdp.noise`).
 
     Privacy:
-        See `QuantileBinning`: rho-zCDP at most.
+        One Gaussian measurement of d concatenated histograms, L2 sensitivity sqrt(d) under
+        add/remove and sqrt(2 d) under replace-one (`jaxdp.independent`), costing at most `rho`;
+        its keys derive from the key it is run with (`jaxdp.keys.preprocess_key(root)` in a
+        release). The cut points (`split_cuts`) are post-processing of the noisy counts.
     """
-    _checks.positive_finite(rho, "rho")
-    _checks.one_of(noise, noise_module.NOISES, "noise")
     if not columns:
         raise ValueError("quantile binning needs at least one column")
-    histograms = []
-    for column in columns:
-        fine = fine_cuts(column)
-        values = table.values[column.name]
-        present = values[~np.isnan(values)]
-        histograms.append(np.bincount(bin_codes(fine, present), minlength=len(fine) + 1))
-    counts = Sensitive(jnp.asarray(np.concatenate(histograms), jnp.int32))
-    sensitivity = marginal_count_sensitivity(len(columns), relation)
-    sigma = count_sigma(sensitivity, rho, noise)
-    names = ", ".join(c.name for c in columns)
-    charge = PlannedCharge(
-        f"private binning: fine histograms of {names}", MEASURE_PRIMITIVE[noise], sensitivity, sigma
-    )
-    plan = Plan.from_rho(rho).with_charge(charge).check()
-    cells = tuple(len(h) for h in histograms)
-    return QuantileBinning(counts, cells, relation, sigma, sensitivity, plan, noise)
+    return independent(fine_histograms(table, columns), rho=rho, relation=relation, noise=noise)
 
 
-def split_cuts(binning: QuantileBinning, columns: tuple[NumericColumn, ...], noisy: np.ndarray) -> dict:
-    """{column name: cut points} from the released noisy counts (post-processing)."""
-    blocks = np.split(np.asarray(noisy, np.float64), np.cumsum(binning.cells)[:-1])
+def split_cuts(columns: tuple[NumericColumn, ...], noisy_answers: np.ndarray) -> dict[str, np.ndarray]:
+    """{column name: cut points} from the measurement's noisy 1-way answers (post-processing;
+    counts or fractions alike: quantiles do not depend on the scale)."""
+    sizes = [len(fine_cuts(c)) + 1 + c.nullable for c in columns]
+    blocks = np.split(np.asarray(noisy_answers, np.float64), np.cumsum(sizes)[:-1])
     return {
-        c.name: quantile_cuts(fine_cuts(c), block, bins_asked(c))
+        c.name: quantile_cuts(fine_cuts(c), block[: len(block) - c.nullable], bins_asked(c))
         for c, block in zip(columns, blocks, strict=True)
     }

@@ -129,10 +129,7 @@ class Domain:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Domain:
         """Read a domain from either JSON form (a ``"columns"`` key means the schema form)."""
-        try:
-            obj = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as err:
-            raise DataError(f"cannot read domain file {str(path)!r}: {err}") from None
+        obj = read_json(path, "domain")
         if not isinstance(obj, Mapping):
             raise DataError(f"domain file {str(path)!r} must hold a JSON object")
         return cls.from_schema(obj) if "columns" in obj else cls.from_sizes(obj)
@@ -207,6 +204,14 @@ class Domain:
                 raise DataError(f"{n!r} is not a categorical attribute of the domain")
             out.append(cat_names.index(n))
         return tuple(out)
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """The JSON value in a declaration file (`what`: "domain", "schema"); DataError if unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise DataError(f"cannot read {what} file {str(path)!r}: {err}") from None
 
 
 def _as_size(name: object, value: object) -> int:

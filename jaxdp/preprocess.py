@@ -85,15 +85,15 @@ def prepare(
         cuts = {c.name: binning.public_cuts(c) for c in table.schema.numeric if not binning.is_private(c)}
     if private:
         share = _checks.fraction(binning_share, "binning_share", allow_one=False)
-        mechanism = binning.quantile_binning(
+        mechanism = binning.quantile_measurement(
             table, private, rho=plan.share(share), relation=relation, noise=noise
         )
         run = loop.run(mechanism, preprocess_key(key))
-        noisy = np.asarray(loop.release(mechanism, run.state, preprocess_key(key)))
-        cuts.update(binning.split_cuts(mechanism, private, noisy))
-        ledger = [dataclasses.replace(e, round=-1) for e in run.ledger]
+        cuts.update(binning.split_cuts(private, np.asarray(run.state.noisy_answers)))
+        label = "private binning: fine histograms of " + ", ".join(c.name for c in private)
+        ledger = [dataclasses.replace(e, round=-1, label=label) for e in run.ledger]
         for charge in mechanism.plan.charges:
-            plan = plan.with_charge(charge)
+            plan = plan.with_charge(dataclasses.replace(charge, label=label))
         budget = {"epsilon": None, "delta": None, "rho": plan.rho_budget - rho_spent(ledger)}
     coding = TableCoding(table.schema, cuts, real=real, private=frozenset(c.name for c in private))
     return Prepared(coding, coding.encode(table), budget, plan, ledger)

@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
@@ -45,6 +43,7 @@ from jaxdp.domain import (
     _encode_categorical,
     checked_numeric,
     read_columns,
+    read_json,
 )
 
 BINNINGS = ("equal-width", "quantiles")
@@ -137,11 +136,8 @@ class TableSchema:
     @classmethod
     def load(cls, path: str | os.PathLike) -> TableSchema:
         """Read a schema JSON file (the ``"columns"`` form)."""
-        try:
-            obj = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as err:
-            raise DataError(f"cannot read schema file {str(path)!r}: {err}") from None
-        if not isinstance(obj, Mapping) or "columns" not in obj:
+        obj = read_json(path, "schema")
+        if not is_table_schema(obj):
             raise DataError(f'schema file {str(path)!r} must hold a JSON object with "columns"')
         return cls.from_json(obj)
 

@@ -73,7 +73,14 @@ SCHEMA = TableSchema.from_json(
     {
         "columns": {
             "age": {"type": "numeric", "lower": 17, "upper": 90, "integer": True, "binning": "quantiles"},
-            "w": {"type": "numeric", "lower": 0, "upper": 1, "binning": "quantiles", "bins": 4},
+            "w": {
+                "type": "numeric",
+                "lower": 0,
+                "upper": 1,
+                "binning": "quantiles",
+                "bins": 4,
+                "nullable": True,
+            },
             "hours": {"type": "numeric", "lower": 1, "upper": 99, "bins": 8, "nullable": True},
             "y": {"type": "categorical", "categories": ["a", "b"]},
         }
@@ -85,11 +92,13 @@ def _table(n=4000, seed=0):
     rng = np.random.default_rng(seed)
     hours = rng.integers(1, 100, n).astype(float)
     hours[: n // 20] = np.nan
+    w = rng.beta(0.5, 3.0, n)
+    w[-n // 10 :] = np.nan  # empty cells are measured in a cell of their own, not in the quantiles
     return parse_table(
         SCHEMA,
         {
             "age": np.clip(np.round(rng.gamma(6.0, 7.0, n)) + 17, 17, 90),
-            "w": rng.beta(0.5, 3.0, n),
+            "w": w,
             "hours": hours,
             "y": rng.choice(["a", "b"], n),
         },
@@ -99,13 +108,14 @@ def _table(n=4000, seed=0):
 def test_with_a_huge_budget_private_cuts_are_the_exact_quantile_cuts():
     table = _table()
     private = tuple(c for c in SCHEMA.numeric if binning.is_private(c))
-    mech = binning.quantile_binning(table, private, rho=1e9, relation=Neighboring.ADD_REMOVE)
+    mech = binning.quantile_measurement(table, private, rho=1e9, relation=Neighboring.ADD_REMOVE)
     assert mech.sigma == pytest.approx(1 / 64)  # the exact sampler's floor: noise is 0 w.p. ~1
     run = loop.run(mech, jax.random.key(0))
-    cuts = binning.split_cuts(mech, private, np.asarray(loop.release(mech, run.state, jax.random.key(0))))
+    cuts = binning.split_cuts(private, np.asarray(run.state.noisy_answers))
     for column in private:
         fine = binning.fine_cuts(column)
-        counts = np.bincount(binning.bin_codes(fine, table.values[column.name]), minlength=len(fine) + 1)
+        values = table.values[column.name]
+        counts = np.bincount(binning.bin_codes(fine, values[~np.isnan(values)]), minlength=len(fine) + 1)
         reference = _brute_force_quantile_cuts(fine, counts, binning.bins_asked(column))
         np.testing.assert_array_equal(cuts[column.name], reference)
 
@@ -125,13 +135,13 @@ def test_histogram_sensitivity_holds_on_neighbouring_tables(relation, factor):
         other["age"][0] = 90.0 if columns["age"][0] < 50 else 17.0
         other["w"][0] = 1.0 if columns["w"][0] < 0.5 else 0.0
     built = [
-        binning.quantile_binning(t, private, rho=1.0, relation=relation)
+        binning.quantile_measurement(t, private, rho=1.0, relation=relation)
         for t in (table, parse_table(SCHEMA, other))
     ]
     counts = [np.asarray(m.counts._value, np.int64) for m in built]  # tests may look: the data is theirs
     assert built[0].sensitivity == pytest.approx(math.sqrt(factor * len(private)))
     assert np.sqrt(np.sum((counts[0] - counts[1]) ** 2)) == pytest.approx(built[0].sensitivity)
-    assert counts[0].sum() == len(private) * 300  # every present value counted once per column
+    assert counts[0].sum() == len(private) * 300  # every record counted once per column (empty: its cell)
 
 
 def _release(**kw):
