@@ -26,7 +26,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxdp import containers, loop, preprocess
+from jaxdp import containers, datasets, loop, preprocess
 from jaxdp.accounting import Plan, epsilon_from_rho
 from jaxdp.audit import LedgerEntry, rho_spent
 from jaxdp.binning import DEFAULT_BINNING_SHARE
@@ -281,10 +281,13 @@ def as_dataset(data: Any, schema: Domain | Mapping[str, Any] | str | os.PathLike
 
 
 def workload_from_spec(spec: str | MarginalWorkload | list, domain: Domain) -> MarginalWorkload:
-    """A workload from "all-Kway", a list of lists of attribute names, the path of a JSON file
-    holding such a list, or a `MarginalWorkload` (returned as is)."""
+    """A workload from "all-Kway", the name of a shipped workload (`jaxdp.datasets.WORKLOADS`),
+    a list of lists of attribute names, the path of a JSON file holding such a list, or a
+    `MarginalWorkload` (returned as is)."""
     if isinstance(spec, MarginalWorkload):
         return spec
+    if spec in datasets.WORKLOADS:
+        return from_names(domain, datasets.workload(spec))
     if isinstance(spec, list):
         if not all(isinstance(m, list | tuple) for m in spec):
             raise ValueError("workload must be a list of lists of attribute names")

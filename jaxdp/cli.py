@@ -64,7 +64,8 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_data_args(synth)
     synth.add_argument(
         "--workload",
-        help="all-Kway (e.g. all-3way) or a JSON file; default all-3way (rap++: every "
+        help="all-Kway (e.g. all-3way), a shipped workload "
+        f"({', '.join(datasets.WORKLOADS)}) or a JSON file; default all-3way (rap++: every "
         "feature x feature x target marginal when the schema names a target)",
     )
     synth.add_argument(
@@ -125,7 +126,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--dataset", choices=datasets.NAMES, help="bundled real dataset")
     ev.add_argument("--synth", required=True, help="synthetic CSV")
     ev.add_argument("--domain", help="domain or schema JSON")
-    ev.add_argument("--workload", default="all-3way", help="all-Kway or a JSON file")
+    ev.add_argument("--workload", default="all-3way", help="all-Kway, a shipped workload or a JSON file")
     return parser
 
 
