@@ -76,6 +76,7 @@ def prepare(
         (zCDP composes adaptively: the coding is a public function of released counts).
     """
     key = require_key(key)
+    share = _checks.fraction(binning_share, "binning_share", allow_one=False)
     plan = Plan.from_epsilon_delta(epsilon, delta, conversion)
     budget: dict[str, Any] = {"epsilon": epsilon, "delta": delta}
     ledger: list[LedgerEntry] = []
@@ -84,7 +85,6 @@ def prepare(
     if not real:
         cuts = {c.name: binning.public_cuts(c) for c in table.schema.numeric if not binning.is_private(c)}
     if private:
-        share = _checks.fraction(binning_share, "binning_share", allow_one=False)
         mechanism = binning.quantile_measurement(
             table, private, rho=plan.share(share), relation=relation, noise=noise
         )

@@ -186,6 +186,8 @@ def _categorical(name: str, spec: Mapping[str, Any], nullable: bool) -> Categori
     if "categories" in spec:
         if "size" in spec:
             raise DataError(f'column {name!r}: give "categories" or "size", not both')
+        if not isinstance(spec["categories"], Sequence) or isinstance(spec["categories"], str):
+            raise DataError(f'column {name!r}: "categories" must be a list of labels')
         labels = tuple(str(c).strip() for c in spec["categories"])
         if "" in labels:
             raise DataError(

@@ -89,6 +89,7 @@ def test_bad_declarations_name_the_column(age, message):
         ({"columns": {"s": {"type": "categorical", "categories": ["a", ""]}}}, "column 's': a category"),
         ({"columns": {"s": {"type": "categorical", "size": 2, "categories": ["a", "b"]}}}, "not both"),
         ({"columns": {"s": {"type": "categorical", "size": 0}}}, "column 's': size must be"),
+        ({"columns": {"s": {"type": "categorical", "categories": "ab"}}}, "must be a list of labels"),
         ({"columns": {"s": {"type": "text"}}}, "column 's': \"type\""),
         ({"columns": {"s": {"type": "categorical", "size": 2, "labels": 1}}}, "unknown key(s) ['labels']"),
         ({"columns": {}}, 'non-empty "columns"'),
