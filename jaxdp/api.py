@@ -57,8 +57,9 @@ from jaxdp.tables import RawTable, TableSchema, is_table_schema
 from jaxdp.types import Key, Neighboring
 
 DEFAULT_DELTA = 1e-9
-_logger = logging.getLogger(__name__)
 DEFAULT_WORKLOAD = "all-3way"
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
