@@ -11,9 +11,19 @@ They come from, in the schema (`jaxdp.tables`):
   `quantile_measurement` measures a histogram of each such column on a public fine grid
   (`fine_cuts`) with Gaussian noise, charged to the release's budget, and the cut points are read
   off the noisy cumulative counts (post-processing);
-- nothing: `DEFAULT_BINNING` with `DEFAULT_BINS` bins.
+- nothing: `DEFAULT_BINNING` with `DEFAULT_BINS` bins: 32 private quantile bins.
 
 Every choice but the quantiles reads only the schema, so it is public and costs nothing.
+
+Why the default is private quantiles (bench/bench_mixed.py, raw Adult train, seed 0; errors on
+the test split). Binned and decoded without noise, the table's own error floor on 20,000 random
+mixed marginals is 0.0103 / 0.0068 / 0.0052 with 16 / 32 / 64 equal-width bins per numeric column
+and 0.0095 / 0.0065 / 0.0054 with as many private quantile bins, which merge where the mass sits
+(Adult's capital-gain gets 4 bins of 32, fnlwgt 21): the same floor over a far smaller domain, so
+less noise per cell. AIM with 16 quantile bins beats 16 equal-width bins at epsilon 0.3 and 1
+(mixed-marginal error 0.0085 vs 0.0122, 0.0092 vs 0.0102) and sits at the 16-bin floor by epsilon
+3; with 32 quantile bins it gets 0.0067 at epsilon 0.3, RAP++'s 0.0069. The quantiles cost 10% of
+the budget; a schema that declares `bins` or `edges` pays nothing.
 """
 
 from __future__ import annotations
@@ -25,8 +35,8 @@ from jaxdp.mechanisms import Independent, independent
 from jaxdp.tables import NumericColumn, RawTable
 from jaxdp.types import Neighboring
 
-DEFAULT_BINS = 16
-DEFAULT_BINNING = "equal-width"
+DEFAULT_BINS = 32
+DEFAULT_BINNING = "quantiles"
 # Share of the release's rho spent on private quantiles when a schema asks for them.
 DEFAULT_BINNING_SHARE = 0.1
 # Cells of the public grid the quantiles are read from: more cells resolve the quantiles more

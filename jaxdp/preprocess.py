@@ -69,8 +69,8 @@ def prepare(
             column asks for them.
 
     Privacy:
-        Public binning (declared `bins` or `edges`, the equal-width default) reads only the
-        schema and costs nothing. Private quantile binning is one Gaussian measurement costing
+        Public binning (declared `bins` or `edges`) reads only the schema and costs nothing.
+        Private quantile binning (asked for, or the default) is one Gaussian measurement costing
         at most `binning_share` of the budget's rho, recorded in the ledger and the plan; the
         mechanism then gets the rho left, so the release's total stays within the budget
         (zCDP composes adaptively: the coding is a public function of released counts).

@@ -15,8 +15,8 @@ key is declared by the user and public; nothing is read from the data:
   `integer: true` for whole numbers (other values refused, whole numbers released); how
   mechanisms that work on categories see the column: `bins` (equal width over the bounds),
   `edges` (cut points strictly inside the bounds), `"binning": "quantiles"` (private quantiles:
-  a charged mechanism, `jaxdp.binning`), or none of them (`binning.DEFAULT_BINNING`). RAP++
-  keeps numeric columns real and ignores these keys.
+  a charged mechanism, `jaxdp.binning`), or none of them (the default: 32 private quantile bins,
+  `binning.DEFAULT_BINNING`). RAP++ keeps numeric columns real and ignores these keys.
 - categorical: `categories` (labels) or `size` (codes 0..size-1).
 - `nullable: true` on any column: an empty cell (empty text, None, NaN) is a value of its own,
   released as an empty cell. Other columns refuse empty cells.

@@ -33,11 +33,15 @@ def test_equal_width_continuous_bins_have_equal_width_and_cover_the_bounds():
 
 
 def test_default_and_declared_bins():
-    assert len(binning.public_cuts(_column())) == binning.DEFAULT_BINS - 1
-    assert binning.public_cuts(_column(integer=True, lower=1, upper=5)).tolist() == [2, 3, 4, 5]
+    assert binning.is_private(_column()) and binning.bins_asked(_column()) == binning.DEFAULT_BINS == 32
+    assert binning.bins_asked(_column(integer=True, lower=1, upper=5)) == 5  # one bin per whole number
+    assert len(binning.public_cuts(_column(binning="equal-width"))) == binning.DEFAULT_BINS - 1
+    whole = _column(integer=True, lower=1, upper=5, binning="equal-width")
+    assert binning.public_cuts(whole).tolist() == [2, 3, 4, 5]
     assert binning.public_cuts(_column(binning="edges", edges=(2.0, 7.5))).tolist() == [2.0, 7.5]
+    assert not binning.is_private(_column(binning="equal-width", bins=3))
     with pytest.raises(ValueError, match="chosen privately"):
-        binning.public_cuts(_column(binning="quantiles"))
+        binning.public_cuts(_column())
 
 
 def _brute_force_quantile_cuts(fine, counts, bins):
@@ -183,8 +187,8 @@ def test_public_binning_charges_nothing_and_says_so():
         _table(n=500).columns(),
         {
             "columns": {
-                "age": {"type": "numeric", "lower": 17, "upper": 90, "integer": True},
-                "w": {"type": "numeric", "lower": 0, "upper": 1, "edges": [0.1, 0.3]},
+                "age": {"type": "numeric", "lower": 17, "upper": 90, "integer": True, "bins": 8},
+                "w": {"type": "numeric", "lower": 0, "upper": 1, "edges": [0.1, 0.3], "nullable": True},
                 "hours": {"type": "numeric", "lower": 1, "upper": 99, "bins": 8, "nullable": True},
                 "y": {"type": "categorical", "categories": ["a", "b"]},
             }
@@ -204,7 +208,7 @@ def test_public_binning_charges_nothing_and_says_so():
         "edges": [0.1, 0.3],
         "source": "public (schema)",
         "integer": False,
-        "nullable": False,
+        "nullable": True,
     }
 
 
