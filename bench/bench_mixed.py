@@ -34,6 +34,7 @@ seconds) as soon as it finishes; a rerun skips the points measured on the same c
 outer loop: a partial run covers the whole grid at fewer seeds.
 
     PYTHONPATH=. python bench/bench_mixed.py --seeds 0 1 2 3 4
+    PYTHONPATH=. python bench/bench_mixed.py --floors  # binning's own error, no mechanism
     PYTHONPATH=. python bench/bench_mixed.py --table   # the table of what is recorded
 """
 
@@ -52,10 +53,13 @@ from _common import Recorder, git_commit, load_average
 from _plots import markdown_table, read_jsonl, summarise, write_csv
 
 import jaxdp
+from jaxdp import preprocess
 from jaxdp.coding import TableCoding
+from jaxdp.keys import decode_key
 from jaxdp.mechanisms import rap_plus as rp
 from jaxdp.queries import linear_threshold_answers, mixed_marginal_answers, random_linear_thresholds
 from jaxdp.tables import TableSchema, parse_table, read_table
+from jaxdp.types import Neighboring
 from jaxdp.utility import logistic_f1
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,12 +83,12 @@ MECHANISMS = ("aim", "aim-quantiles", "aim-quantiles-32", "aim-equal-width", "ra
 METRICS = ("mm_test", "lt_test", "f1")
 
 
-def schema_for(name: str) -> dict:
-    """The shipped schema, with every numeric column's binning set as `BINNINGS` says (at most one
+def schema_for(binning: tuple[str, int] | None) -> dict:
+    """The shipped schema, with every numeric column's (binning, bins) set when given (at most one
     bin per whole number)."""
     schema = json.loads(json.dumps(SCHEMA))
-    if name in BINNINGS:
-        how, bins = BINNINGS[name]
+    if binning is not None:
+        how, bins = binning
         for spec in schema["columns"].values():
             if spec["type"] == "numeric":
                 spec.update(binning=how, bins=min(bins, int(spec["upper"]) - int(spec["lower"]) + 1))
@@ -107,7 +111,7 @@ def run_point(name: str, epsilon: float, seed: int, train, evaluation) -> dict:
         options["workload"] = None  # rap++: Section 5.1's classes
     start = time.perf_counter()
     result = jaxdp.synthesize(
-        train.columns(), schema_for(name), mechanism=mechanism, epsilon=epsilon, delta=DELTA,
+        train.columns(), schema_for(BINNINGS.get(name)), mechanism=mechanism, epsilon=epsilon, delta=DELTA,
         key=jax.random.key(seed), **options,
     )  # fmt: skip
     seconds = time.perf_counter() - start
@@ -163,6 +167,25 @@ def evaluator(train, test):
     return evaluate
 
 
+def floors(train, evaluation) -> list[dict]:
+    """The error floor of binning itself: train.csv coded to bins and decoded (values uniform
+    within their bin), with no mechanism and no noise, scored like a release; "quantiles" are
+    measured at epsilon 1000 (noise scale 1/64 of a count: the exact quantiles of the fine grid).
+    "none" is train.csv itself (test.csv differs from it by sampling)."""
+    out = [{"binning": "none", "bins": None, **evaluation(train.columns())}]
+    for how in ("equal-width", "quantiles"):
+        for bins in (16, 32, 64):
+            table = parse_table(TableSchema.from_json(schema_for((how, bins))), train.columns())
+            prepared = preprocess.prepare(
+                table, real=False, epsilon=1000.0, delta=DELTA, conversion="exact",
+                relation=Neighboring.ADD_REMOVE, key=jax.random.key(0),
+            )  # fmt: skip
+            release = prepared.coding.decode(prepared.dataset, decode_key(jax.random.key(1)))
+            coded = {n: len(c) + 1 for n, c in prepared.coding.cuts.items()}
+            out.append({"binning": how, "bins": bins, "coded_bins": coded, **evaluation(release.columns())})
+    return out
+
+
 def done_points(path: str, commit: str | None, any_commit: bool) -> set[tuple[str, float, int]]:
     """Points already measured on this commit (a dirty tree resumes nothing), or on any commit."""
     if not os.path.exists(path):
@@ -184,7 +207,24 @@ def table(path: str) -> str:
     rows = summarise(records, sources=("release",), metrics=columns)
     rows.sort(key=lambda r: (MECHANISMS.index(r["mechanism"]), r["epsilon"]))
     write_csv(rows, os.path.splitext(path)[0] + ".csv")
-    return markdown_table(rows, (*METRICS, "seconds"), "release", "the release", names=list(MECHANISMS))
+    text = markdown_table(rows, (*METRICS, "seconds"), "release", "the release", names=list(MECHANISMS))
+    return text + floor_table(path)
+
+
+def floor_table(path: str) -> str:
+    """Markdown: the binning floors recorded by --floors (the latest record of each binning)."""
+    latest = {(r["binning"], r["bins"]): r for r in read_jsonl(path, KERNEL + "_floor")}
+    if not latest:
+        return ""
+    lines = ["\n\nbinning floors: train.csv binned and decoded, no mechanism, no noise\n"]
+    lines.append("| binning | bins asked | mm_test | lt_test | f1 | bins per numeric column |")
+    lines.append("|---|---|---|---|---|---|")
+    for (how, bins), r in latest.items():
+        coded = ", ".join(f"{n} {k}" for n, k in r.get("coded_bins", {}).items())
+        lines.append(
+            f"| {how} | {bins or ''} | {r['mm_test']:.4f} | {r['lt_test']:.4f} | {r['f1']:.3f} | {coded} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -195,6 +235,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / f"{KERNEL}.jsonl"))
     parser.add_argument("--resume", action="store_true", help="skip points measured on any commit")
     parser.add_argument("--table", action="store_true", help="only print the table of --out")
+    parser.add_argument("--floors", action="store_true", help="only the binning floors (no mechanism)")
     args = parser.parse_args()
     if args.table:
         print(table(args.out))
@@ -206,6 +247,10 @@ def main() -> int:
     train, test = (read_table(RAW / f"{split}.csv", schema) for split in ("train", "test"))
     evaluate = evaluator(train, test)
     recorder = Recorder(args.out)
+    if args.floors:
+        for record in floors(train, evaluate):
+            recorder.emit(KERNEL + "_floor", {"train": len(train)}, **record, load_avg=load_average())
+        return 0
     done = done_points(args.out, git_commit(), args.resume)
     sizes = {"train": len(train), "test": len(test), "eval_queries": EVAL_QUERIES}
     for seed in args.seeds:
