@@ -142,6 +142,27 @@ def summarise(records: list[dict], sources=SOURCES, metrics=METRICS) -> list[dic
     return rows
 
 
+def markdown_table(rows: list[dict], metrics, source: str, what: str, names=None) -> str:
+    """One markdown table per metric of `summarise` rows: a line per mechanism (in `names` order,
+    default: as they come), a column per epsilon, mean +- SE over seeds."""
+    eps = sorted({r["epsilon"] for r in rows})
+    by = {(r["mechanism"], r["epsilon"]): r for r in rows}
+    names = names or list(dict.fromkeys(r["mechanism"] for r in rows))
+    lines = []
+    for metric in metrics:
+        lines.append(f"\n{metric} of {what} (mean +- SE over seeds; n = seeds)")
+        lines.append("| mechanism | " + " | ".join(f"eps={e:g}" for e in eps) + " |")
+        lines.append("|---" * (len(eps) + 1) + "|")
+        for name in names:
+            cells = []
+            for e in eps:
+                r = by.get((name, e))
+                col = f"{source}_{metric}"
+                cells.append("" if r is None else f"{r[col]:.4f} +- {r[col + '_se']:.4f} (n={r['seeds']})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_csv(rows: list[dict], path: str) -> None:
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))

@@ -40,7 +40,7 @@ import time
 
 import jax
 from _common import Recorder, git_commit, load_average
-from _plots import plot_error_vs_epsilon, read_jsonl, summarise, write_csv
+from _plots import markdown_table, plot_error_vs_epsilon, read_jsonl, summarise, write_csv
 from bench_aim import SIX, load_adult
 
 from jaxdp import api
@@ -91,25 +91,6 @@ def run_point(data, workload, name: str, epsilon: float, seed: int) -> dict:
     }
 
 
-def table(rows: list[dict]) -> str:
-    eps = sorted({r["epsilon"] for r in rows})
-    by = {(r["mechanism"], r["epsilon"]): r for r in rows}
-    names = list(dict.fromkeys(r["mechanism"] for r in rows))
-    lines = []
-    for metric in METRICS:
-        lines.append(f"\n{metric} of the synthetic records (mean +- SE over seeds; n = seeds)")
-        lines.append("| mechanism | " + " | ".join(f"eps={e:g}" for e in eps) + " |")
-        lines.append("|---" * (len(eps) + 1) + "|")
-        for name in names:
-            cells = []
-            for e in eps:
-                r = by.get((name, e))
-                col = f"records_{metric}"
-                cells.append("" if r is None else f"{r[col]:.4f} +- {r[col + '_se']:.4f} (n={r['seeds']})")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def report(path: str, stem: str) -> None:
     records = read_jsonl(path, KERNEL)
     latest = records[-1].get("commit") if records else None
@@ -122,7 +103,7 @@ def report(path: str, stem: str) -> None:
     write_csv(rows, stem + ".csv")
     title = "ADULT 6 attributes, 20 3-way marginals, delta = 1e-9; mean +- SE over seeds"
     plot_error_vs_epsilon(rows, stem + ".png", title, {"records": "synthetic records"}, metrics=METRICS)
-    print(table(rows))
+    print(markdown_table(rows, METRICS, "records", "the synthetic records"))
     print(f"wrote {stem}.csv and {stem}.png")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -24,12 +25,14 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxdp import contract, loop
+from jaxdp import containers, contract, datasets, loop, preprocess
 from jaxdp._version import __version__
-from jaxdp.accounting import epsilon_from_rho
-from jaxdp.domain import Categorical, DataError, Dataset, Domain
+from jaxdp.accounting import Plan, epsilon_from_rho
+from jaxdp.binning import DEFAULT_BINNING_SHARE
+from jaxdp.coding import TableCoding
+from jaxdp.domain import Categorical, DataError, Dataset, Domain, read_json
 from jaxdp.evaluate import answer_errors, fractions, workload_errors
-from jaxdp.keys import require_key
+from jaxdp.keys import decode_key, require_key
 from jaxdp.ledger import LedgerEntry, rho_spent
 from jaxdp.mechanisms import (
     aim,
@@ -48,13 +51,15 @@ from jaxdp.mechanisms import (
     rap_plus_plus,
     rap_softmax,
 )
-from jaxdp.mechanisms._common import as_relation
 from jaxdp.mechanisms.rap_plus import default_classes
 from jaxdp.queries import MarginalWorkload, all_kway, from_names
+from jaxdp.tables import RawTable, TableSchema, is_table_schema
 from jaxdp.types import Key, Neighboring
 
 DEFAULT_DELTA = 1e-9
 DEFAULT_WORKLOAD = "all-3way"
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +74,9 @@ class MechanismSpec:
         one_round: the mechanism runs exactly one round (no `rounds` option).
         public: the mechanism needs a public table over the same domain.
         cap_rounds: the default rounds are capped at the workload's marginal count (mechanisms
-            that measure each marginal at most once).
+            that measure each marginal at most once), divided by the marginals measured a round.
+        per_round: the marginals the factory measures each round by default
+            (`marginals_per_round`), for that cap.
         releases: "records" (a synthetic table) or "answers" (noisy workload answers).
         relaxed: the mechanism fits a distribution whose own answers (`relaxed_answers(state)`)
             differ from its sampled records'.
@@ -82,8 +89,11 @@ class MechanismSpec:
             a release that returns a `Dataset` or runs host code.
         mesh: the factory takes `mesh=` (a `jaxdp.queries.records_mesh()`) and counts the
             records split over its devices.
-        relations: the neighbouring relations the mechanism supports; a factory supporting
-            more than one takes `relation=`, the others take none (replace-one: n public).
+        relations: the neighbouring relations the mechanism supports; the first is its default,
+            the same through the API and the command line. A factory supporting more than one
+            takes `relation=`, the others take none (replace-one: n public).
+        real_numeric: takes numeric columns as real values (rap++); the others see each numeric
+            column of a table schema as its bins (`jaxdp.binning`).
     """
 
     factory: Callable[..., Any]
@@ -98,6 +108,8 @@ class MechanismSpec:
     own_workload: bool = False
     mesh: bool = False
     relations: tuple[Neighboring, ...] = (Neighboring.REPLACE_ONE,)
+    real_numeric: bool = False
+    per_round: int = 1
 
 
 def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget):
@@ -158,25 +170,29 @@ def measured_workload(mechanism, workload: MarginalWorkload | None) -> MarginalW
     return mechanism.classes[0].workload if workload is None else workload
 
 
+# Default rounds: the papers' settings on ADULT (reduced), capped at what the workload offers
+# where each marginal is measured at most once (the cap is logged); entries without one keep their
+# factory's default. Both relations where the mechanism can measure counts with n private.
 _BOTH = (Neighboring.REPLACE_ONE, Neighboring.ADD_REMOVE)
-# Default rounds: the papers' settings on ADULT (reduced); entries without one keep their
-# factory's default (rap 10, gem 50).
+_AIM_RELATIONS = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)  # add-remove, as in the paper
 MECHANISMS: dict[str, MechanismSpec] = {
-    "independent": MechanismSpec(_independent, one_round=True, mesh=True, relations=_BOTH),
-    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers", mesh=True, relations=_BOTH),
+    "independent": MechanismSpec(_independent, one_round=True, relations=_BOTH, mesh=True),
+    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers", relations=_BOTH, mesh=True),
     "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True, mesh=True),
     "pep": MechanismSpec(pep, rounds=25, cap_rounds=True, mesh=True),
     "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
     "pep-pub": MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
-    "rap": MechanismSpec(rap, relaxed=True, mesh=True),
-    "rap-softmax": MechanismSpec(rap_softmax, relaxed=True, mesh=True),
-    "gem": MechanismSpec(gem, relaxed=True, mesh=True),
-    "gem-pub": MechanismSpec(gem_pub, relaxed=True, public=True, mesh=True),
+    "rap": MechanismSpec(rap, rounds=10, cap_rounds=True, per_round=5, relaxed=True, mesh=True),
+    "rap-softmax": MechanismSpec(
+        rap_softmax, rounds=10, cap_rounds=True, per_round=5, relaxed=True, mesh=True
+    ),
+    "gem": MechanismSpec(gem, rounds=50, cap_rounds=True, relaxed=True, mesh=True),
+    "gem-pub": MechanismSpec(gem_pub, rounds=50, cap_rounds=True, relaxed=True, public=True, mesh=True),
     "dualquery": MechanismSpec(dualquery, rounds=100),
     "fem": MechanismSpec(fem, rounds=200),
-    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False, relations=_BOTH),
-    "rap++": MechanismSpec(_rap_plus_plus, own_workload=True),
-    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False, relations=_BOTH),
+    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False, relations=_AIM_RELATIONS),
+    "rap++": MechanismSpec(_rap_plus_plus, own_workload=True, real_numeric=True),
+    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False, relations=_AIM_RELATIONS),
 }
 # Works on any categorical domain with no dense histogram and no extra dependency, in about a
 # minute on ADULT; AIM is more accurate on small domains but needs the `pgm` extra and is slower.
@@ -195,6 +211,25 @@ def mechanism_spec(name: str) -> MechanismSpec:
     if name not in MECHANISMS:
         raise ValueError(f"unknown mechanism {name!r}; choose one of: {', '.join(MECHANISMS)}")
     return MECHANISMS[name]
+
+
+def mechanism_relation(name: str, relation: Neighboring | str | None) -> Neighboring:
+    """The relation a run of `name` uses: `relation`, or the mechanism's default when None.
+
+    Raises:
+        ValueError: a relation the mechanism does not support (the choices are listed).
+    """
+    supported = mechanism_spec(name).relations
+    if relation is None:
+        return supported[0]
+    values = [r.value for r in Neighboring]
+    if not isinstance(relation, Neighboring) and relation not in values:
+        raise ValueError(f"relation must be one of {values}, got {relation!r}")
+    relation = Neighboring(relation)
+    if relation not in supported:
+        names = " or ".join(r.value for r in supported)
+        raise ValueError(f"mechanism {name!r} supports relation {names}, not {relation.value}")
+    return relation
 
 
 # -- inputs ---------------------------------------------------------------------------------------
@@ -235,7 +270,7 @@ def as_dataset(data: Any, schema: Domain | Mapping[str, Any] | str | os.PathLike
     if schema is None:
         raise TypeError("schema is required: the domain is always declared, never read from the data")
     domain = as_domain(schema)
-    if _is_dataframe(data) or isinstance(data, Mapping):
+    if containers.is_dataframe(data) or isinstance(data, Mapping):
         return Dataset.from_columns(domain, {str(c): np.asarray(data[c]) for c in data})
     if isinstance(data, np.ndarray):
         if data.ndim != 2 or data.shape[1] != len(domain):
@@ -252,15 +287,14 @@ def as_dataset(data: Any, schema: Domain | Mapping[str, Any] | str | os.PathLike
     )
 
 
-def _is_dataframe(data: Any) -> bool:
-    return type(data).__name__ == "DataFrame" and hasattr(data, "columns")
-
-
 def workload_from_spec(spec: str | MarginalWorkload | list, domain: Domain) -> MarginalWorkload:
-    """A workload from "all-Kway", a list of lists of attribute names, the path of a JSON file
-    holding such a list, or a `MarginalWorkload` (returned as is)."""
+    """A workload from "all-Kway", the name of a shipped workload (`jaxdp.datasets.WORKLOADS`),
+    a list of lists of attribute names, the path of a JSON file holding such a list, or a
+    `MarginalWorkload` (returned as is)."""
     if isinstance(spec, MarginalWorkload):
         return spec
+    if spec in datasets.WORKLOADS:
+        return from_names(domain, datasets.workload(spec))
     if isinstance(spec, list):
         if not all(isinstance(m, list | tuple) for m in spec):
             raise ValueError("workload must be a list of lists of attribute names")
@@ -280,6 +314,115 @@ def workload_from_spec(spec: str | MarginalWorkload | list, domain: Domain) -> M
     return from_names(domain, marginals)
 
 
+def as_table_schema(schema: Any) -> TableSchema | None:
+    """A table schema from a `TableSchema`, a dict in the ``"columns"`` form or the path of a
+    JSON file holding one; None for the other declarations (a `Domain`, the sizes form)."""
+    if isinstance(schema, TableSchema):
+        return schema
+    if is_table_schema(schema):
+        return TableSchema.from_json(schema)
+    if isinstance(schema, str | os.PathLike):
+        obj = read_json(schema, "schema")
+        return TableSchema.from_json(obj) if is_table_schema(obj) else None
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """A release's private input as its mechanism reads it.
+
+    Attributes:
+        data: the coded private records.
+        budget: the factory's budget keywords (epsilon and delta, or the rho preprocessing left).
+        public: the coded public table, if any.
+        prepared: the coding of a table schema's columns and what it charged (None for input
+            already coded).
+    """
+
+    data: Dataset
+    budget: dict[str, Any]
+    public: Dataset | None = None
+    prepared: preprocess.Prepared | None = None
+
+
+def prepare_inputs(
+    name: str,
+    data: Any,
+    schema: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    key: Key,
+    relation: Neighboring | str | None = None,
+    conversion: str = "exact",
+    public: Any = None,
+    noise: str = "discrete",
+    binning_share: float = DEFAULT_BINNING_SHARE,
+) -> Inputs:
+    """Validate a table and code it for mechanism `name`.
+
+    A table schema (the ``"columns"`` form, `jaxdp.tables`) codes numeric columns to bins for
+    the mechanisms over categories and keeps them real for rap++, with empty cells where
+    nullable; private quantile bins, if the schema asks for them, are measured here, charged
+    `binning_share` of the budget's rho. Any other declaration (a `Domain`, the sizes form, or
+    a `Dataset` as data) is used as given (`as_dataset`).
+
+    Raises:
+        DataError: the table does not fit the schema (column and count named, never a value).
+        ValueError: bad budget, relation or share.
+
+    Privacy:
+        See `jaxdp.preprocess.prepare`: only private quantile binning reads the data, and it
+        is charged to the release's budget and recorded in its ledger.
+    """
+    table_schema = None if isinstance(data, Dataset) else as_table_schema(schema)
+    if isinstance(data, RawTable):
+        if table_schema is not None and table_schema != data.schema:
+            raise DataError("the table was validated against another schema than the one given")
+        table_schema = data.schema
+    if table_schema is None:
+        dataset = as_dataset(data, schema)
+        public_data = None if public is None else as_dataset(public, dataset.domain)
+        return Inputs(dataset, {"epsilon": epsilon, "delta": delta}, public_data)
+    table = data if isinstance(data, RawTable) else containers.table_from(data, table_schema)
+    prepared = preprocess.prepare(
+        table,
+        real=mechanism_spec(name).real_numeric,
+        epsilon=epsilon,
+        delta=delta,
+        conversion=conversion,
+        relation=mechanism_relation(name, relation),
+        key=key,
+        noise=noise,
+        binning_share=binning_share,
+    )
+    public_data = None
+    if public is not None:
+        public_table = public if isinstance(public, RawTable) else containers.table_from(public, table_schema)
+        public_data = prepared.coding.encode(public_table)
+    return Inputs(prepared.dataset, prepared.budget, public_data, prepared)
+
+
+def finish(result: Result, inputs: Inputs, key: Key) -> Result:
+    """A release decoded to its table's columns, labels and units (values within bins drawn
+    with `jaxdp.keys.decode_key(key)`), with the preprocessing in its report, ledger and plan;
+    `result` unchanged for input that came coded.
+
+    Privacy:
+        Post-processing of the release; the ledger gains the preprocessing's entries.
+    """
+    prepared = inputs.prepared
+    if prepared is None:
+        return result
+    report, ledger, plan = preprocess.merge(result.report, result.ledger, prepared, result.plan)
+    data = result.data
+    if result.synthetic is not None:
+        data = prepared.coding.decode(result.synthetic, decode_key(require_key(key)))
+    return dataclasses.replace(
+        result, data=data, report=report, ledger=ledger, plan=plan, coding=prepared.coding
+    )
+
+
 # -- building and running -------------------------------------------------------------------------
 
 
@@ -288,9 +431,10 @@ def build(
     data: Dataset,
     workload: MarginalWorkload | None,
     *,
-    epsilon: float,
-    delta: float = DEFAULT_DELTA,
-    relation: Neighboring | str = Neighboring.REPLACE_ONE,
+    epsilon: float | None,
+    delta: float | None = DEFAULT_DELTA,
+    rho: float | None = None,
+    relation: Neighboring | str | None = None,
     conversion: str = "exact",
     rounds: int | None = None,
     public: Dataset | None = None,
@@ -299,6 +443,10 @@ def build(
 ):
     """Build registered mechanism `name` (its plan is fixed and checked here, before any run).
 
+    The budget is (epsilon, delta), or rho with epsilon and delta None (what a release's
+    preprocessing left, `jaxdp.preprocess`). `relation` None is the mechanism's default (the
+    first of its registry entry's `relations`). Default rounds of a mechanism that measures each
+    marginal at most once are capped at the workload's marginals (logged on the "jaxdp" logger).
     `mesh` (one axis "records", `jaxdp.queries.records_mesh()`) splits the records over its
     devices to count them, for the factories that take a `mesh` keyword.
 
@@ -308,10 +456,7 @@ def build(
             the factory.
     """
     spec = mechanism_spec(name)
-    relation = as_relation(relation)
-    if relation not in spec.relations:
-        supported = " or ".join(r.value for r in spec.relations)
-        raise ValueError(f"mechanism {name!r} supports the {supported} relation, not {relation.value}")
+    relation = mechanism_relation(name, relation)
     if mesh is not None:
         if not spec.mesh:
             raise ValueError(f"mechanism {name!r} does not count records over a mesh; leave mesh=None")
@@ -327,14 +472,35 @@ def build(
     budget = dict(epsilon=epsilon, delta=delta, conversion=conversion)
     if len(spec.relations) > 1:
         budget["relation"] = relation
+    if rho is not None:
+        budget["rho"] = rho
     if not spec.one_round:
         if rounds is None and spec.rounds is not None:
-            rounds = min(spec.rounds, len(workload)) if spec.cap_rounds else spec.rounds
+            per_round = options.get("marginals_per_round", spec.per_round)
+            rounds = _default_rounds(name, spec, workload, per_round)
         if rounds is not None:
             options["rounds"] = rounds
     if public is not None:
         options["public"] = public
     return spec.factory(data, workload, **options, **budget)
+
+
+def _default_rounds(name: str, spec: MechanismSpec, workload: MarginalWorkload, per_round: int) -> int:
+    """The registry's default rounds, capped where each marginal is measured at most once."""
+    if not spec.cap_rounds or workload is None:
+        return spec.rounds
+    valid = isinstance(per_round, int) and not isinstance(per_round, bool) and per_round >= 1
+    available = max(1, len(workload) // per_round) if valid else len(workload)
+    if spec.rounds > available:
+        _logger.info(
+            "%s: default rounds %d capped at %d, what the workload's %d marginals allow",
+            name,
+            spec.rounds,
+            available,
+            len(workload),
+        )
+        return available
+    return spec.rounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,6 +520,10 @@ class Result:
         answers: the released noisy answers (None for record releases).
         mechanism: the built mechanism (its plan, workload and settings).
         state: its final state.
+        plan: the release's plan, which its ledger was audited against: the budget, the
+            preprocessing's charges (private binning) and the mechanism's.
+        coding: how a table schema's columns were coded for the mechanism (None for inputs
+            already coded: a `Dataset`, a sizes-form domain).
     """
 
     data: Any
@@ -364,6 +534,8 @@ class Result:
     answers: np.ndarray | None = dataclasses.field(default=None, repr=False)
     mechanism: Any = dataclasses.field(default=None, repr=False)
     state: Any = dataclasses.field(default=None, repr=False)
+    plan: Plan | None = dataclasses.field(default=None, repr=False)
+    coding: TableCoding | None = dataclasses.field(default=None, repr=False)
 
 
 def execute(
@@ -394,6 +566,10 @@ def execute(
     run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None, check_keys=False)
     synthetic = answers = None
     release = _release_jit if spec.jit_release and contract.jittable(mechanism) else _release
+    if rows is None and hasattr(mechanism, "default_rows"):
+        # Under add-remove the row count is read from the noisy state on the host: inside the
+        # compiled release it would be a tracer.
+        rows = mechanism.default_rows(run.state)
     if spec.releases == "answers":
         answers = np.asarray(release(mechanism, run.state, key), np.float64)
         released, n_rows = answers, int(answers.shape[0])
@@ -415,7 +591,8 @@ def execute(
         "delta": plan.delta,
         "rho_budget": plan.rho_budget,
         "rho_spent": spent,
-        "epsilon_spent": epsilon_from_rho(spent, plan.delta, plan.conversion),
+        # A plan with a rho budget (what preprocessing left) has no delta to convert at.
+        "epsilon_spent": None if plan.delta is None else epsilon_from_rho(spent, plan.delta, plan.conversion),
         "conversion": plan.conversion,
         "relation": mechanism.relation.value,
         "noise": noise_name(run.ledger),
@@ -423,13 +600,15 @@ def execute(
         "seconds": time.perf_counter() - started,
         "rows": n_rows,
         "output": "noisy answers" if spec.releases == "answers" else "synthetic records",
+        "preprocessing": None,
         "jaxdp_version": __version__,
     }
     bounds = None
     if spec.error_bounds is not None:
         bounds = spec.error_bounds(mechanism, run.state, synthetic, confidence, domain)
         report["error_bounds"] = bounds
-    return Result(released, report, run.ledger, bounds, synthetic, answers, mechanism, run.state)
+    plan = loop.realised_plan(mechanism, run.state)
+    return Result(released, report, run.ledger, bounds, synthetic, answers, mechanism, run.state, plan)
 
 
 # The report's "noise": what the measurements added, or what the selections drew where a
@@ -514,20 +693,25 @@ def synthesize(
     rounds: int | None = None,
     rows: int | None = None,
     public: Any = None,
-    relation: Neighboring | str = Neighboring.REPLACE_ONE,
+    relation: Neighboring | str | None = None,
     conversion: str = "exact",
     progress: bool = False,
     confidence: float = 0.95,
     mesh: Mesh | None = None,
+    binning_share: float = DEFAULT_BINNING_SHARE,
     **options: Any,
 ) -> Result:
     """Release a differentially private synthetic version of a table.
 
     Args:
-        data: the private table (see `as_dataset`): pandas DataFrame, dict of columns, 2-D NumPy
-            array or `Dataset`.
-        schema: the declared domain: a `Domain`, a dict in the schema form (labelled categories,
-            numeric bounds) or sizes form, or a JSON file path. Never inferred from the data.
+        data: the private table: pandas DataFrame, dict of columns, 2-D NumPy array
+            (`jaxdp.containers`), a `jaxdp.tables.RawTable`, or a `Dataset` (already coded).
+        schema: the declared domain, never inferred from the data: a table schema (a dict in the
+            ``"columns"`` form, `jaxdp.tables`: labelled categories, numeric bounds with
+            bins/edges/integer, nullable columns), the sizes form, a `Domain`, or a JSON file
+            path holding one. With a table schema every mechanism runs: numeric columns become
+            bins (kept real for rap++) and the release comes back in the table's columns,
+            labels and units, empty cells where the release has them.
         mechanism: a name in `MECHANISMS`.
         epsilon, delta: the (epsilon, delta)-DP budget; delta defaults to 1e-9, a fixed value
             that does not depend on the (private) record count.
@@ -538,7 +722,8 @@ def synthesize(
         rounds: rounds of an adaptive mechanism (default: its registry default).
         rows: synthetic rows (default: the record count under replace-one).
         public: a public table over the same schema (pmw-pub, pep-pub, gem-pub).
-        relation: "replace-one" (n public) or "add-remove".
+        relation: "replace-one" (n public) or "add-remove"; None: the mechanism's default (its
+            registry entry's first `relations`), recorded in the report.
         conversion: "exact" or "simple" zCDP-to-(epsilon, delta) conversion.
         progress: report progress (a tqdm bar when tqdm is installed, else one log line per
             block of rounds on the "jaxdp" logger). Off by default.
@@ -547,6 +732,8 @@ def synthesize(
             `jaxdp.queries.records_mesh()`; independent, gaussian, mwem, pep, pmw-pub, pep-pub,
             rap, rap-softmax, gem, gem-pub). The release equals the single-device one up to float
             summation order: noise is added once, to the summed counts.
+        binning_share: the fraction of the budget's rho spent on private quantile bins, when
+            the table schema asks for them (`"binning": "quantiles"`).
         **options: the mechanism factory's own keywords (e.g. batch for gem).
 
     Returns:
@@ -557,51 +744,67 @@ def synthesize(
         ValueError: bad arguments; BudgetExceededError: the plan exceeds the budget.
 
     Privacy:
-        (epsilon, delta)-DP for the stated relation, by the mechanism's plan; `report` and
-        `ledger` record every private primitive and are checked against the plan.
+        (epsilon, delta)-DP for the stated relation, by the release's plan (private binning, if
+        any, and the mechanism); `report` and `ledger` record every private primitive and are
+        checked against the plan. Decoding to original units is post-processing.
     """
     started = time.perf_counter()
     key = require_key(key)
-    dataset = as_dataset(data, schema)
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
         raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
-    work = None if workload is None else workload_from_spec(workload, dataset.domain)
-    public_data = None if public is None else as_dataset(public, dataset.domain)
-    mech = build(
+    relation = mechanism_relation(mechanism, relation)
+    inputs = prepare_inputs(
         mechanism,
-        dataset,
-        work,
+        data,
+        schema,
         epsilon=epsilon,
         delta=delta,
+        key=key,
+        relation=relation,
+        conversion=conversion,
+        public=public,
+        noise=options.get("noise", "discrete"),
+        binning_share=binning_share,
+    )
+    domain = inputs.data.domain
+    work = None if workload is None else workload_from_spec(workload, domain)
+    mech = build(
+        mechanism,
+        inputs.data,
+        work,
+        **inputs.budget,
         relation=relation,
         conversion=conversion,
         rounds=rounds,
-        public=public_data,
+        public=inputs.public,
         mesh=mesh,
         **options,
     )
     with _progress_reporter(progress) as report_progress:
         result = execute(
-            mechanism, mech, key, dataset.domain, rows=rows, progress=report_progress, confidence=confidence
+            mechanism, mech, key, domain, rows=rows, progress=report_progress, confidence=confidence
         )
+        result = finish(result, inputs, key)
         result = dataclasses.replace(
             result, report={**result.report, "seconds": time.perf_counter() - started}
         )
     work = measured_workload(mech, work)
-    return dataclasses.replace(result, data=_like_input(data, result, work, dataset.domain))
+    return dataclasses.replace(result, data=_like_input(data, result, work, domain))
 
 
 def _like_input(data: Any, result: Result, workload: MarginalWorkload, domain: Domain) -> Any:
     """The release in the container the private table came in."""
     if result.answers is not None:
-        if _is_dataframe(data):
+        if containers.is_dataframe(data):
             return type(data)(answers_table(workload, domain, result.answers))
         return result.answers
+    if isinstance(result.data, RawTable):  # a table schema's release, decoded
+        return containers.like(data, result.data)
     synthetic = result.synthetic
     if isinstance(data, Dataset):
         return synthetic
     columns = synthetic.to_columns()
-    if _is_dataframe(data):
+    if containers.is_dataframe(data):
         return type(data)(columns)
     if isinstance(data, Mapping):
         return columns

@@ -26,11 +26,13 @@ from jaxdp._io import atomic_open
 from jaxdp._version import __version__
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError
 from jaxdp.api import DEFAULT_DELTA, MECHANISMS
-from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_rows
+from jaxdp.binning import DEFAULT_BINNING_SHARE
+from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_columns, write_rows
 from jaxdp.evaluate import best_mixture_error, workload_errors
 from jaxdp.keys import secure_root_key
 from jaxdp.noise import NOISES
 from jaxdp.queries import MarginalWorkload
+from jaxdp.tables import RawTable, read_table
 from jaxdp.types import Neighboring
 
 DEFAULT_ROUNDS = {name: spec.rounds for name, spec in MECHANISMS.items() if spec.rounds is not None}
@@ -63,7 +65,8 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_data_args(synth)
     synth.add_argument(
         "--workload",
-        help="all-Kway (e.g. all-3way) or a JSON file; default all-3way (rap++: every "
+        help="all-Kway (e.g. all-3way), a shipped workload "
+        f"({', '.join(datasets.WORKLOADS)}) or a JSON file; default all-3way (rap++: every "
         "feature x feature x target marginal when the schema names a target)",
     )
     synth.add_argument(
@@ -86,9 +89,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     synth.add_argument(
         "--relation",
-        default=Neighboring.REPLACE_ONE.value,
         choices=[r.value for r in Neighboring],
-        help="neighbouring relation (default replace-one: the record count is public)",
+        help="neighbouring relation (default: the mechanism's own, add-remove for aim and aim-gem, "
+        "replace-one for the others; the report names it)",
     )
     synth.add_argument("--conversion", default="exact", choices=CONVERSIONS, help="zCDP to (eps, delta)")
     synth.add_argument(
@@ -106,6 +109,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="confidence of AIM's per-marginal error bounds in the report (default 0.95)",
     )
     _add_cache_arg(synth)
+    synth.add_argument(
+        "--binning-share",
+        type=float,
+        default=DEFAULT_BINNING_SHARE,
+        help="share of the budget spent on private quantile bins, for the numeric columns a "
+        f'--schema declares with "binning": "quantiles" (default {DEFAULT_BINNING_SHARE:g})',
+    )
     synth.add_argument("--out", required=True, help="output CSV")
     synth.add_argument("--report", help="privacy report JSON (safe to publish with the output)")
     synth.add_argument(
@@ -118,7 +128,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--dataset", choices=datasets.NAMES, help="bundled real dataset")
     ev.add_argument("--synth", required=True, help="synthetic CSV")
     ev.add_argument("--domain", help="domain or schema JSON")
-    ev.add_argument("--workload", default="all-3way", help="all-Kway or a JSON file")
+    ev.add_argument("--workload", default="all-3way", help="all-Kway, a shipped workload or a JSON file")
     _add_cache_arg(ev)
     return parser
 
@@ -137,19 +147,40 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=datasets.NAMES, help="a bundled dataset")
     p.add_argument("--data", help="integer-coded or raw CSV (with --domain or --schema)")
     p.add_argument("--domain", help="domain JSON {attr: size} (or schema form)")
-    p.add_argument("--schema", help="schema JSON with labelled categories and numeric bounds")
+    p.add_argument(
+        "--schema",
+        help="schema JSON: labelled categories, numeric bounds (with bins, edges, integer), "
+        "nullable columns; the output has the input's columns, labels and units",
+    )
 
 
-def _load_input(dataset: str | None, data: str | None, domain: str | None, schema: str | None) -> Dataset:
-    if dataset is not None:
-        if data or domain or schema:
-            raise CLIError("--dataset cannot be combined with --data/--domain/--schema")
-        return datasets.load(dataset)
+def _declaration(data: str | None, domain: str | None, schema: str | None) -> str:
     if data is None:
         raise CLIError("give --dataset NAME or --data FILE with --domain or --schema")
     if (domain is None) == (schema is None):
         raise CLIError("--data needs exactly one of --domain or --schema")
-    return read_csv(data, Domain.load(domain or schema))
+    return domain or schema
+
+
+def _load_input(dataset: str | None, data: str | None, domain: str | None, schema: str | None):
+    """A bundled `Dataset`, a raw table (`RawTable`) read with a table schema, or a coded CSV read
+    with a domain."""
+    if dataset is not None:
+        if data or domain or schema:
+            raise CLIError("--dataset cannot be combined with --data/--domain/--schema")
+        return datasets.load(dataset)
+    declared = _declaration(data, domain, schema)
+    table_schema = api.as_table_schema(declared)
+    if table_schema is not None:
+        return read_table(data, table_schema)
+    return read_csv(data, Domain.load(declared))
+
+
+def _load_public(path: str, data) -> Dataset | RawTable:
+    """The public table, read like the private one."""
+    if isinstance(data, RawTable):
+        return read_table(path, data.schema)
+    return read_csv(path, data.domain)
 
 
 def _workload(spec: str, domain: Domain) -> MarginalWorkload:
@@ -181,35 +212,49 @@ def _synth(args: argparse.Namespace) -> None:
         raise CLIError("--seed must be in [0, 2^32): jax.random.key keeps 32 bits of it")
     _check_writable(args.out, args.report, args.errors)
     started = time.perf_counter()
-    data = _load_input(args.dataset, args.data, args.domain, args.schema)
-    if args.workload is None and spec.own_workload and data.domain.target is not None:
-        workload = None  # rap++ builds the paper's class-conditional marginals on the target
-    else:
-        args.workload = args.workload or api.DEFAULT_WORKLOAD
-        workload = _workload(args.workload, data.domain)
     if (args.public is not None) != spec.public:
         public_users = ", ".join(n for n, s in MECHANISMS.items() if s.public)
         raise CLIError(f"--public is required by {public_users}, and used by no other mechanism")
-    public = read_csv(args.public, data.domain) if args.public is not None else None
-    mech = api.build(
-        args.mechanism,
-        data,
-        workload,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        relation=args.relation,
-        conversion=args.conversion,
-        rounds=args.rounds,
-        public=public,
-        noise=args.noise,
-    )
-    if args.noise == "float":
-        print("jaxdp: --noise float: float32 noise does not meet the stated delta", file=sys.stderr)
+    relation = api.mechanism_relation(args.mechanism, args.relation)
+    raw = _load_input(args.dataset, args.data, args.domain, args.schema)
+    public = _load_public(args.public, raw) if args.public is not None else None
     if args.seed is not None:
         print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
         key = jax.random.key(args.seed)
     else:
         key = secure_root_key()
+    inputs = api.prepare_inputs(
+        args.mechanism,
+        raw,
+        None,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        key=key,
+        relation=relation,
+        conversion=args.conversion,
+        public=public,
+        noise=args.noise,
+        binning_share=args.binning_share,
+    )
+    data = inputs.data
+    if args.workload is None and spec.own_workload and data.domain.target is not None:
+        workload = None  # rap++ builds the paper's class-conditional marginals on the target
+    else:
+        args.workload = args.workload or api.DEFAULT_WORKLOAD
+        workload = _workload(args.workload, data.domain)
+    mech = api.build(
+        args.mechanism,
+        data,
+        workload,
+        **inputs.budget,
+        relation=relation,
+        conversion=args.conversion,
+        rounds=args.rounds,
+        public=inputs.public,
+        noise=args.noise,
+    )
+    if args.noise == "float":
+        print("jaxdp: --noise float: float32 noise does not meet the stated delta", file=sys.stderr)
     result = api.execute(
         args.mechanism,
         mech,
@@ -220,6 +265,7 @@ def _synth(args: argparse.Namespace) -> None:
         started=started,
         confidence=args.confidence,
     )
+    result = api.finish(result, inputs, key)
     if workload is None:
         workload = api.measured_workload(mech, workload)
         args.workload = "feature x feature x target"
@@ -233,9 +279,11 @@ def _synth(args: argparse.Namespace) -> None:
             f"({'counts' if mech.relation is Neighboring.ADD_REMOVE else 'fractions'})",
             file=sys.stderr,
         )
+    elif isinstance(result.data, RawTable):  # a table schema's release, decoded
+        outputs[args.out] = _csv_text(write_columns, result.data.columns())
     else:
-        outputs[args.out] = _dataset_csv(result.synthetic)
-    report = result.report
+        outputs[args.out] = _csv_text(write_rows, result.synthetic)
+    report = {**result.report, "seconds": time.perf_counter() - started}
     if args.report:
         outputs[args.report] = json.dumps(report, indent=2) + "\n"
     if args.errors:
@@ -246,22 +294,22 @@ def _synth(args: argparse.Namespace) -> None:
             "queries": workload.n_queries,
             **api.release_errors(data, result, workload),
         }
-        if public is not None:
-            errors["best_mixture_error"] = best_mixture_error(data, public, workload)
+        if inputs.public is not None:
+            errors["best_mixture_error"] = best_mixture_error(data, inputs.public, workload)
         outputs[args.errors] = json.dumps(errors, indent=2) + "\n"
     for path, text in outputs.items():
         with atomic_open(path) as fh:
             fh.write(text)
     print(
         f"jaxdp: wrote {report['rows']} {report['output']} to {args.out}; "
-        f"rho spent {report['rho_spent']:.6g} of {report['rho_budget']:.6g}",
+        f"rho spent {report['rho_spent']:.6g} of {report['rho_budget']:.6g} ({report['relation']})",
         file=sys.stderr,
     )
 
 
-def _dataset_csv(data: Dataset) -> str:
+def _csv_text(write, table) -> str:
     buffer = io.StringIO()
-    write_rows(buffer, data)
+    write(buffer, table)
     return buffer.getvalue()
 
 

@@ -129,10 +129,7 @@ class Domain:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Domain:
         """Read a domain from either JSON form (a ``"columns"`` key means the schema form)."""
-        try:
-            obj = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as err:
-            raise DataError(f"cannot read domain file {str(path)!r}: {err}") from None
+        obj = read_json(path, "domain")
         if not isinstance(obj, Mapping):
             raise DataError(f"domain file {str(path)!r} must hold a JSON object")
         return cls.from_schema(obj) if "columns" in obj else cls.from_sizes(obj)
@@ -207,6 +204,14 @@ class Domain:
                 raise DataError(f"{n!r} is not a categorical attribute of the domain")
             out.append(cat_names.index(n))
         return tuple(out)
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """The JSON value in a declaration file (`what`: "domain", "schema"); DataError if unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise DataError(f"cannot read {what} file {str(path)!r}: {err}") from None
 
 
 def _as_size(name: object, value: object) -> int:
@@ -370,6 +375,16 @@ def _encode_categorical(attr: Categorical, values: Sequence[Any] | np.ndarray) -
 
 
 def _encode_numeric(attr: Numeric, values: Sequence[Any] | np.ndarray) -> np.ndarray:
+    floats = checked_numeric(attr, values)
+    return ((floats - attr.lower) / (attr.upper - attr.lower)).astype(np.float32)
+
+
+def checked_numeric(attr: Numeric, values: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """float64 values in original units, every one finite and within the declared bounds.
+
+    Raises:
+        DataError: naming the column and the number of bad values (never the values).
+    """
     floats = _as_float_array(attr.name, values)
     bad = ~np.isfinite(floats)
     if bad.any():
@@ -382,7 +397,7 @@ def _encode_numeric(attr: Numeric, values: Sequence[Any] | np.ndarray) -> np.nda
             f"column {attr.name!r}: {int(outside.sum())} value(s) outside the declared bounds "
             f"[{attr.lower:g}, {attr.upper:g}]"
         )
-    return ((floats - attr.lower) / (attr.upper - attr.lower)).astype(np.float32)
+    return floats
 
 
 def _as_float_array(name: str, values: Sequence[Any] | np.ndarray) -> np.ndarray:
@@ -421,6 +436,16 @@ def read_csv(source: str | os.PathLike | TextIO, domain: Domain) -> Dataset:
     Raises:
         DataError: unreadable file, bad header, or any invalid value (column and count named).
     """
+    return Dataset.from_columns(domain, read_columns(source))
+
+
+def read_columns(source: str | os.PathLike | TextIO) -> dict[str, list[str]]:
+    """The cells of a CSV with a header row, by column, as text (surrounding whitespace removed,
+    blank lines skipped); nothing is validated beyond the shape.
+
+    Raises:
+        DataError: unreadable file, no header, or rows whose field count differs from the header's.
+    """
     name = getattr(source, "name", source)
     try:
         if hasattr(source, "read"):
@@ -438,9 +463,10 @@ def read_csv(source: str | os.PathLike | TextIO, domain: Domain) -> Dataset:
     ragged = sum(1 for r in body if len(r) != len(header))
     if ragged:
         raise DataError(f"CSV {str(name)!r}: {ragged} row(s) do not have {len(header)} fields")
-    _check_column_names(domain, header)
-    columns = {h: [r[i] for r in body] for i, h in enumerate(header)}
-    return Dataset.from_columns(domain, columns)
+    dupes = sorted({h for h in header if header.count(h) > 1})
+    if dupes:
+        raise DataError(f"duplicate columns: {dupes}")
+    return {h: [r[i].strip() for r in body] for i, h in enumerate(header)}
 
 
 def _read_rows(fh: TextIO) -> list[list[str]]:
@@ -456,10 +482,15 @@ def write_csv(path: str | os.PathLike, dataset: Dataset) -> None:
 def write_rows(fh: TextIO, dataset: Dataset) -> None:
     """Write a header and the decoded records (labels, original units) to a text stream."""
     columns = dataset.to_columns()
-    names = list(dataset.domain.names)
+    write_columns(fh, {n: columns[n] for n in dataset.domain.names})
+
+
+def write_columns(fh: TextIO, columns: Mapping[str, np.ndarray]) -> None:
+    """Write a header and the columns, in their order, to a text stream; a missing value (None,
+    NaN) is an empty cell."""
     writer = csv.writer(fh)
-    writer.writerow(names)
-    writer.writerows(zip(*[_format_column(columns[n]) for n in names], strict=True))
+    writer.writerow(list(columns))
+    writer.writerows(zip(*[_format_column(np.asarray(c)) for c in columns.values()], strict=True))
 
 
 def _format_column(col: np.ndarray) -> list[str]:
@@ -467,6 +498,9 @@ def _format_column(col: np.ndarray) -> list[str]:
         # 7 significant digits, never an exponent: float32 keeps ~7 digits of the normalised
         # value, so this shows original units (1484705, not 1.4847e+06) without float noise.
         return [
-            np.format_float_positional(v, precision=7, unique=False, fractional=False, trim="-") for v in col
+            ""
+            if np.isnan(v)
+            else np.format_float_positional(v, precision=7, unique=False, fractional=False, trim="-")
+            for v in col
         ]
-    return [str(v) for v in col.tolist()]
+    return ["" if v is None else str(v) for v in col.tolist()]

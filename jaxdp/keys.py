@@ -6,6 +6,9 @@ The key of every random draw is a pure function of the root key, the round and a
     round t:  round_key(root, t) = fold_in(stream_key(root, Stream.ROUNDS), t)
               then stream_key(round_key, Stream.SELECT | MEASURE | UPDATE)
     release:  stream_key(root, Stream.RELEASE)
+    preprocessing (private binning, before round 0): stream_key(root, Stream.PREPROCESS), the
+              root of its own init/round/release keys
+    decoding a release (post-processing): stream_key(stream_key(root, Stream.RELEASE), Stream.DECODE)
 
 so adding a draw to one purpose never shifts the others, and an audit can replay every key from
 the root. The root key is as secret as the data: whoever holds it can regenerate the noise.
@@ -32,6 +35,8 @@ class Stream(enum.IntEnum):
     MEASURE = 0x3EA5
     UPDATE = 0x0FDA
     RELEASE = 0x7E1E
+    PREPROCESS = 0x9B1A
+    DECODE = 0xDEC0
 
 
 def is_typed_key(key: object) -> bool:
@@ -74,6 +79,18 @@ def stream_key(key: Key, stream: Stream) -> Key:
 def round_key(root: Key, t) -> Key:
     """The key of round `t` (int or traced int32), derived from the root key."""
     return jax.random.fold_in(stream_key(root, Stream.ROUNDS), t)
+
+
+def preprocess_key(root: Key) -> Key:
+    """The root of a preprocessing mechanism's keys (private binning): its rounds' keys never
+    equal the main mechanism's, which derive from `root` itself."""
+    return stream_key(root, Stream.PREPROCESS)
+
+
+def decode_key(root: Key) -> Key:
+    """The key that decodes a release into original units (values drawn within their bins): a
+    sub-stream of RELEASE, distinct from the small indices mechanisms fold into the release key."""
+    return stream_key(stream_key(root, Stream.RELEASE), Stream.DECODE)
 
 
 def secure_root_key() -> Key:

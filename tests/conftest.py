@@ -16,7 +16,11 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # tests/test_compile_cache.py turns it on, in subprocesses, with a cache directory of its own.
 os.environ["JAXDP_NO_COMPILE_CACHE"] = "1"
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# ../shared/data beside the checkout; JAXDP_SHARED_DATA points elsewhere (a git worktree whose
+# parent holds no shared/).
+SHARED_DATA = Path(
+    os.environ.get("JAXDP_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data")
+)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -11,6 +11,7 @@ import jaxdp
 from jaxdp import api, loop
 from jaxdp.domain import DataError, Dataset, Domain
 from jaxdp.queries import all_kway
+from jaxdp.tables import TableSchema
 
 pd = pytest.importorskip("pandas")
 
@@ -35,6 +36,7 @@ REPORT_KEYS = {
     "seconds",
     "rows",
     "output",
+    "preprocessing",
     "jaxdp_version",
 }
 
@@ -205,3 +207,87 @@ def test_a_records_mesh_is_forwarded_or_refused():
         )
     with pytest.raises(ValueError, match="mesh must be a one-dimensional"):
         _mwem(frame, mesh=Mesh(np.asarray(jax.devices()[:1]), ("rows",)))
+
+
+TABLE = {
+    "columns": {
+        "colour": {"type": "categorical", "categories": ["red", "green", "blue"], "nullable": True},
+        "height": {"type": "numeric", "lower": 1.0, "upper": 2.2, "bins": 4},
+        "size": {"type": "categorical", "categories": ["S", "M", "L", "XL"]},
+    }
+}
+
+
+def _table_frame(n=300, seed=0):
+    frame = _frame(n, seed).drop(columns="flag")
+    rng = np.random.default_rng(seed)
+    colour = frame["colour"].astype(object)
+    colour[rng.random(n) < 0.1] = None
+    return pd.DataFrame({"colour": colour, "height": 1.5 + 0.5 * rng.random(n), "size": frame["size"]})
+
+
+def test_a_public_table_is_coded_like_the_private_one():
+    result = jaxdp.synthesize(
+        _table_frame(),
+        TABLE,
+        mechanism="pmw-pub",
+        epsilon=1.0,
+        key=jax.random.key(2),
+        rounds=2,
+        public=_table_frame(n=60, seed=5),
+        workload="all-2way",
+    )
+    out = result.data
+    assert list(out.columns) == ["colour", "height", "size"] and len(out) == 300
+    assert out["height"].between(1.0, 2.2).all() and set(out["size"]) <= {"S", "M", "L", "XL"}
+    assert set(out["colour"].dropna()) <= {"red", "green", "blue"}
+    assert result.report["preprocessing"]["columns"]["height"]["edges"] == pytest.approx([1.3, 1.6, 1.9])
+
+
+def test_answer_releases_of_a_table_are_over_its_coded_columns():
+    result = jaxdp.synthesize(
+        _table_frame(),
+        TABLE,
+        mechanism="gaussian",
+        epsilon=1.0,
+        key=jax.random.key(1),
+        workload=[["colour", "height"]],
+    )
+    assert list(result.data.columns) == ["marginal", "cell", "answer"]
+    assert len(result.data) == (3 + 1) * 4  # colour's empty level times height's 4 bins
+    assert result.report["preprocessing"]["columns"]["colour"]["nullable"] is True
+
+
+@pytest.mark.parametrize("container", ["dict", "labels", "codes"])
+def test_table_releases_come_back_in_the_input_container(container):
+    frame = _table_frame(n=200)
+    schema = TableSchema.from_json(TABLE)
+    if container == "dict":
+        data = {c: frame[c].tolist() for c in frame}
+    elif container == "labels":
+        data = frame.to_numpy(dtype=object)
+    else:  # codes for the categorical columns, NaN where empty
+        codes = {"colour": ["red", "green", "blue"], "size": ["S", "M", "L", "XL"]}
+        data = np.stack(
+            [
+                frame["colour"]
+                .map(lambda v: np.nan if v is None else codes["colour"].index(v))
+                .to_numpy(float),
+                frame["height"].to_numpy(float),
+                frame["size"].map(codes["size"].index).to_numpy(float),
+            ],
+            axis=1,
+        )
+    result = jaxdp.synthesize(data, TABLE, mechanism="independent", epsilon=1.0, key=jax.random.key(0))
+    reference = jaxdp.synthesize(frame, schema, mechanism="independent", epsilon=1.0, key=jax.random.key(0))
+    np.testing.assert_array_equal(result.synthetic.codes, reference.synthetic.codes)  # same records
+    out = result.data
+    if container == "dict":  # None where empty (the DataFrame shows it as NaN)
+        assert list(out) == ["colour", "height", "size"]
+        assert pd.Series(out["colour"]).fillna("-").tolist() == reference.data["colour"].fillna("-").tolist()
+    elif container == "labels":
+        assert out.dtype == object and out.shape == (200, 3) and set(out[:, 2]) <= {"S", "M", "L", "XL"}
+    else:
+        assert out.dtype == np.float64 and out.shape == (200, 3)
+        np.testing.assert_array_equal(np.isnan(out[:, 0]), reference.data["colour"].isna().to_numpy())
+        assert set(out[:, 2]) <= {0.0, 1.0, 2.0, 3.0}

@@ -118,7 +118,11 @@ BAD_ARGUMENTS = [
     *[(f"alpha={v}", lambda v=v: _mwem(alpha=v), "alpha must be") for v in (-0.1, 0.0, 1.0, 1.5)],
     ("gem alpha", lambda: jaxdp.gem(DATA, WORKLOAD, rounds=1, rho=1.0, alpha=2.0), "alpha must be"),
     *[(f"rounds={v}", lambda v=v: _mwem(rounds=v), "rounds must be an integer >= 1") for v in (0, -3, 2.5)],
-    ("rounds > candidates", lambda: _mwem(rounds=4), r"rounds x picks per round = 4 x 1 exceeds the 3 marginals"),
+    (
+        "rounds > candidates",
+        lambda: _mwem(rounds=4),
+        r"rounds x picks per round = 4 x 1 exceeds the 3 marginals",
+    ),
     (
         "k > candidates",
         lambda: jaxdp.rap(DATA, WORKLOAD, rounds=1, marginals_per_round=4, rho=1.0),

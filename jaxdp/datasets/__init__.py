@@ -4,15 +4,21 @@
 marginals = 312,798 counting queries); `load("adult-reduced")` its 7-attribute projection whose
 full domain (336,000 cells) fits a dense histogram. Origin and licence: LICENSE-DATA.md here
 (UCI Adult, CC BY 4.0).
+
+Shipped workloads, by name (`workload(name)`, or `--workload NAME` on the command line):
+"adult-target", the 12 two-way marginals of each ADULT attribute with the income>50K target
+(what a classifier trained on the release needs; README's first command runs AIM on it).
 """
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 from jaxdp.domain import Dataset, Domain, read_csv
 
 NAMES = ("adult", "adult-reduced")
+WORKLOADS = ("adult-target",)
 
 
 def _check(name: str) -> None:
@@ -32,3 +38,10 @@ def load(name: str) -> Dataset:
     dom = domain(name)
     with resources.as_file(resources.files(__name__) / f"{name}.csv.gz") as path:
         return read_csv(path, dom)
+
+
+def workload(name: str) -> list[list[str]]:
+    """A shipped workload: its marginals as lists of attribute names."""
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown shipped workload {name!r}; available: {list(WORKLOADS)}")
+    return json.loads((resources.files(__name__) / f"{name}.workload.json").read_text())
