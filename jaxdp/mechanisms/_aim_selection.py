@@ -135,6 +135,22 @@ def selection_settings(
     )
 
 
+# Measurements shorter than this share one padded length (the exact sampler's compile costs
+# seconds; sampling 2^15 entries costs tens of milliseconds).
+SHARED_MEASUREMENT_LENGTH = 2**15
+
+
+def measurement_length(n: int, largest: int) -> int:
+    """The public padded length of an n-entry measurement when the largest candidate marginal
+    has `largest` cells: one length, the power of two holding the largest candidate (at most
+    `SHARED_MEASUREMENT_LENGTH`), serves every measurement that fits; longer ones take powers of
+    four above it."""
+    length = min(padded_length(largest), SHARED_MEASUREMENT_LENGTH)
+    while length < n:
+        length *= 4
+    return length
+
+
 @jax.jit
 def _padded_gather(answers: Array, index: Array, count: Array) -> Array:
     """answers[index], with every position >= count set to 0 (a public constant, an integer
@@ -201,18 +217,18 @@ class AnnealedSelection:
     ) -> tuple[np.ndarray, Charge]:
         """Gaussian measurement of the true counts at `index` (host, float64), with its Charge.
 
-        The int32 counts are gathered into a vector padded with integer zeros to a power-of-two
-        length, noise is added to all of it and the padding dropped: one compiled program per
-        length bucket, not per marginal shape. This is sound because the padding is a public
-        constant (zeros whatever the data), so the padded vector has the same L2 sensitivity as
-        the answers and each kept coordinate still receives its own iid noise of scale sigma;
-        the dropped coordinates are discarded unseen (and would be safe to release anyway). The
-        Charge is unchanged.
+        The int32 counts are gathered into a vector padded with integer zeros to a public length
+        (`measurement_length`), noise is added to all of it and the padding dropped: the exact
+        sampler compiles once per length, and most runs use one length. This is sound because
+        the padding is a public constant (zeros whatever the data), so the padded vector has the
+        same L2 sensitivity as the answers and each kept coordinate still receives its own iid
+        noise of scale sigma; the dropped coordinates are discarded unseen (and would be safe to
+        release anyway). The Charge is unchanged.
 
         Privacy:
             Reads the true counts; one Gaussian measurement (`noise.measure_counts`).
         """
-        padded_index = np.zeros(padded_length(len(index)), np.int32)
+        padded_index = np.zeros(measurement_length(len(index), max(self.candidates.cells)), np.int32)
         padded_index[: len(index)] = index
         answers = self.answers.map(_padded_gather, jnp.asarray(padded_index), jnp.int32(len(index)))
         noisy, charge = noise.measure_counts(
