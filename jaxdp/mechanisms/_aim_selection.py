@@ -27,6 +27,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxdp import _checks, noise, samplers
 from jaxdp.accounting import (
@@ -94,11 +95,18 @@ def selection_settings(
     max_rounds: int | None,
     alpha: float,
     noise: str,
+    mesh: Mesh | None = None,
 ) -> SelectionSettings:
     """Validate and fix the selection side of an AIM-style mechanism named `name`.
 
     Counts under both relations (n is public under replace-one, so counts and fractions carry the
     same information): the sensitivities are n times the fraction ones there.
+
+    With a `mesh` (one axis "records", `jaxdp.queries.records_mesh()`) the records are split over
+    its devices and counted there, one psum adding the per-device counts: the only pass over the
+    records. The exact counts then sit on this host's first device of the mesh, and everything
+    after (selection, noise, fitting) is the single-device computation: the same release as on
+    one device with the same key.
 
     Raises:
         ValueError: alpha outside (0, 1), max_rounds below the workload's attribute count, or
@@ -124,8 +132,12 @@ def selection_settings(
     n = len(data)
     l1, l2 = marginal_sensitivity(relation, n)
     scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n)
+    answers = private_counts(data, candidates, mesh)
+    if mesh is not None:
+        local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+        answers = answers.map(jax.device_put, local[0])
     return SelectionSettings(
-        answers=private_counts(data, candidates),
+        answers=answers,
         candidates=candidates,
         weights=tuple(float(w) for w in aim_weights(workload, candidates)),
         rounds=max_rounds + 1,

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp.accounting import Plan
@@ -414,6 +415,7 @@ def aim(
     final_iters: int = 3000,
     tol: float | None = 1e-2,
     noise: str = "discrete",
+    mesh: Mesh | None = None,
 ) -> AIM:
     """Build AIM for a weighted marginal workload on a categorical dataset.
 
@@ -438,6 +440,9 @@ def aim(
         noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
             exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
             float noise does not meet the stated delta; see `jaxdp.noise`).
+        mesh: split the records over this mesh's devices to count them (one axis "records",
+            `jaxdp.queries.records_mesh()`; one psum); the rest of the run and the release are
+            those of one device with the same key.
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over
@@ -447,7 +452,14 @@ def aim(
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
     settings = selection_settings(
-        data, workload, name="aim", relation=relation, max_rounds=max_rounds, alpha=alpha, noise=noise
+        data,
+        workload,
+        name="aim",
+        relation=relation,
+        max_rounds=max_rounds,
+        alpha=alpha,
+        noise=noise,
+        mesh=mesh,
     )
     _checks.positive_finite(max_model_size, "max_model_size")
     iters = _checks.positive_int(iters, "iters")

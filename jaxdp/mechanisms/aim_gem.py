@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp.accounting import Plan
@@ -287,6 +288,7 @@ def aim_gem(
     iters: int = 100,
     final_iters: int = 500,
     noise: str = "discrete",
+    mesh: Mesh | None = None,
 ) -> AimGem:
     """Build AIM-GEM: AIM's selection and filter, GEM's generator as the model.
 
@@ -306,6 +308,9 @@ def aim_gem(
         noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
             exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
             float noise does not meet the stated delta; see `jaxdp.noise`).
+        mesh: split the records over this mesh's devices to count them (one axis "records",
+            `jaxdp.queries.records_mesh()`; one psum); the rest of the run and the release are
+            those of one device with the same key.
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over
@@ -317,7 +322,14 @@ def aim_gem(
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
     settings = selection_settings(
-        data, workload, name="aim-gem", relation=relation, max_rounds=max_rounds, alpha=alpha, noise=noise
+        data,
+        workload,
+        name="aim-gem",
+        relation=relation,
+        max_rounds=max_rounds,
+        alpha=alpha,
+        noise=noise,
+        mesh=mesh,
     )
     learning_rate = _checks.positive_finite(learning_rate, "learning_rate")
     family = Generator.of(settings.candidates, hidden=hidden, latent_dim=latent_dim, batch=batch)

@@ -372,6 +372,20 @@ def test_exact_noise_by_default_measures_integer_counts(relation, monkeypatch):
     assert off_integers["float"] > 0.1
 
 
+def test_a_one_device_records_mesh_releases_what_no_mesh_releases():
+    """The sharded counting path on a one-device mesh (8 devices: tests/multidevice/checks.py)."""
+    from jaxdp.queries import records_mesh
+
+    data = tiny_dataset(n=301)
+    key = jax.random.key(6)
+    runs = []
+    for mesh in (None, records_mesh(jax.devices()[:1])):
+        mech = _aim(data, mesh=mesh)
+        state = loop.run(mech, key).state
+        runs.append(np.asarray(loop.release(mech, state, key)))
+    np.testing.assert_array_equal(*runs)
+
+
 def test_bad_noise_is_refused():
     data = tiny_dataset()
     with pytest.raises(ValueError, match="noise"):
