@@ -76,12 +76,12 @@ def mbi_domain(sizes: Sequence[int]):
 
 
 def model_size_mb(sizes: Sequence[int], cliques: Sequence[Clique]) -> float:
-    """Megabytes of the junction tree implied by `cliques` (Private-PGM's JT-SIZE).
-
-    The tree depends on the cliques only through the graph they draw (mbi triangulates that
-    graph, and its greedy elimination costs are sizes of neighbourhoods), so the size is computed
-    once per graph: AIM's filter asks for hundreds of candidates a round, most of which draw a
-    graph asked for before.
+    """Megabytes of the junction tree implied by `cliques` (Private-PGM's JT-SIZE): 8 bytes per
+    cell of the maximal cliques of the graph the cliques draw, triangulated as mbi triangulates
+    it (`mbi.junction_tree.make_junction_tree`: no fill-in when the graph is a tree, else greedy
+    elimination of the attribute whose neighbourhood has the fewest cells, ties to the lowest
+    index). Computed here on bitmask adjacency (microseconds), once per graph: AIM's filter asks
+    for hundreds of candidates a round, most of which draw a graph asked for before.
     """
     edges = frozenset(pair for c in cliques for pair in itertools.combinations(sorted(c), 2))
     return _graph_size_mb(tuple(int(s) for s in sizes), edges)
@@ -89,9 +89,40 @@ def model_size_mb(sizes: Sequence[int], cliques: Sequence[Clique]) -> float:
 
 @functools.lru_cache(maxsize=2**16)
 def _graph_size_mb(sizes: tuple[int, ...], edges: frozenset[tuple[int, int]]) -> float:
-    mbi = require_mbi()
-    cliques = [(a,) for a in range(len(sizes))] + sorted(edges)
-    return float(mbi.junction_tree.hypothetical_model_size(mbi_domain(sizes), cliques))
+    d = len(sizes)
+    neighbours = [0] * d
+    for a, b in edges:
+        neighbours[a] |= 1 << b
+        neighbours[b] |= 1 << a
+
+    def cells(mask: int) -> int:
+        return math.prod(sizes[a] for a in range(d) if mask >> a & 1)
+
+    if edges and len(edges) == d - 1 and _connected(neighbours):  # a tree: its edges are the cliques
+        return sum(sizes[a] * sizes[b] for a, b in edges) * 8 / 2**20
+    cliques, remaining = [], list(range(d))
+    while remaining:
+        a = min(remaining, key=lambda v: cells(neighbours[v] | 1 << v))  # first minimum wins
+        remaining.remove(a)
+        later = neighbours[a]
+        cliques.append(later | 1 << a)
+        for b in range(d):  # eliminate a: its neighbours become a clique
+            if later >> b & 1:
+                neighbours[b] = (neighbours[b] | later) & ~(1 << b) & ~(1 << a)
+    maximal = {c for c in cliques if not any(c != o and c & o == c for o in cliques)}
+    return sum(cells(c) for c in maximal) * 8 / 2**20
+
+
+def _connected(neighbours: list[int]) -> bool:
+    seen, frontier = 1, 1
+    while frontier:
+        reached = 0
+        for a in range(len(neighbours)):
+            if frontier >> a & 1:
+                reached |= neighbours[a]
+        frontier = reached & ~seen
+        seen |= reached
+    return seen == (1 << len(neighbours)) - 1
 
 
 class Model(NamedTuple):
@@ -215,6 +246,8 @@ class ModelMarginals:
     """
 
     def __init__(self, model: Model):
+        import networkx as nx  # a dependency of mbi
+
         mbi = require_mbi()
         self.total = float(model.total)
         tree, _ = mbi.junction_tree.make_junction_tree(mbi_domain(model.sizes), model.cliques)
@@ -224,6 +257,18 @@ class ModelMarginals:
         }
         self._beliefs = calibrate(tree, potentials, dict(enumerate(model.sizes)))
         self._conditionals: dict[tuple[Clique, Clique], np.ndarray] = {}
+        # each component rooted at its smallest node: parents and depths for covering subtrees
+        self._parent: dict[Clique, Clique | None] = {}
+        self._depth: dict[Clique, int] = {}
+        for component in nx.connected_components(tree):
+            root = min(component)
+            self._parent[root], self._depth[root] = None, 0
+            for parent, child in nx.bfs_edges(tree.subgraph(component), root):
+                self._parent[child], self._depth[child] = parent, self._depth[parent] + 1
+        self._smallest = {
+            a: min((c for c in self._beliefs if a in c), key=lambda c: self._beliefs[c].size)
+            for a in range(len(model.sizes))
+        }
 
     @property
     def cliques(self) -> list[Clique]:
@@ -240,28 +285,34 @@ class ModelMarginals:
             )
         return self._conditionals[key]
 
-    def _covering_tree(self, clique: Clique):
-        """The smallest set of tree edges (parent -> child) and roots covering `clique`."""
-        import networkx as nx  # a dependency of mbi
-
-        chosen = []
+    def _covering_trees(self, clique: Clique) -> list[tuple[Clique, dict[Clique, list[Clique]]]]:
+        """For each tree of the forest that `clique` touches, the smallest subtree holding its
+        attributes there: (its top node, node -> children within the subtree)."""
+        chosen: list[Clique] = []
         for a in clique:
             if not any(a in c for c in chosen):
-                chosen.append(min((c for c in self._beliefs if a in c), key=lambda c: self._beliefs[c].size))
-        roots, edges = [], []
-        components: dict[int, list[Clique]] = {}
-        for c in chosen:
-            comp = next(i for i, cc in enumerate(nx.connected_components(self._tree)) if c in cc)
-            components.setdefault(comp, []).append(c)
-        for members in components.values():
-            root = members[0]
-            roots.append(root)
-            nodes = {root}
-            for other in members[1:]:
-                nodes.update(nx.shortest_path(self._tree, root, other))
-            sub = self._tree.subgraph(nodes)
-            edges.extend(nx.bfs_edges(sub, root))
-        return roots, edges
+                chosen.append(self._smallest[a])
+        tops: dict[Clique, set[Clique]] = {}
+        for node in chosen:  # group by component: the component's root is where parents end
+            top = node
+            while self._parent[top] is not None:
+                top = self._parent[top]
+            tops.setdefault(top, set()).add(node)
+        trees = []
+        for members in tops.values():
+            nodes, frontier = set(members), set(members)
+            while len(frontier) > 1:  # climb the deepest node until all paths meet
+                deepest = max(frontier, key=lambda n: self._depth[n])
+                frontier.remove(deepest)
+                frontier.add(self._parent[deepest])
+                nodes.add(self._parent[deepest])
+            (top,) = frontier
+            children: dict[Clique, list[Clique]] = {n: [] for n in nodes}
+            for n in nodes:
+                if n != top:
+                    children[self._parent[n]].append(n)
+            trees.append((top, children))
+        return trees
 
     def marginal(self, clique: Clique) -> np.ndarray:
         """(prod of sizes,) float64 probabilities of `clique` (ascending attributes), row-major."""
@@ -271,13 +322,29 @@ class ModelMarginals:
             c = min(home, key=lambda c: self._beliefs[c].size)
             drop = tuple(i for i, a in enumerate(c) if a not in clique)
             return self._beliefs[c].sum(axis=drop).reshape(-1)
-        roots, edges = self._covering_tree(clique)
+        wanted = set(clique)
         operands: list[Any] = []
-        for root in roots:
-            operands += [self._beliefs[root], list(root)]
-        for parent, child in edges:
-            operands += [self._conditional(child, parent), list(child)]
-        return np.einsum(*operands, list(clique), optimize="greedy").reshape(-1)
+        for top, children in self._covering_trees(clique):
+            table, attributes = self._collect(top, None, children, wanted)
+            operands += [table, attributes]
+        return np.einsum(*operands, list(clique)).reshape(-1)
+
+    def _collect(
+        self, node: Clique, parent: Clique | None, children: dict[Clique, list[Clique]], wanted: set[int]
+    ) -> tuple[np.ndarray, list[int]]:
+        """Sum-product over the covering subtree below `node`: the table over the wanted
+        attributes found there and the separator with `parent`, summing every other attribute
+        out as early as possible (the top node enters as its belief, the others as their
+        conditional given the separator with their parent)."""
+        table = self._beliefs[node] if parent is None else self._conditional(node, parent)
+        operands: list[Any] = [table, list(node)]
+        carried: list[int] = []
+        for child in children[node]:
+            message, attributes = self._collect(child, node, children, wanted)
+            operands += [message, attributes]
+            carried += [a for a in attributes if a not in node and a not in carried]
+        keep = [a for a in node if a in wanted or (parent is not None and a in parent)] + carried
+        return np.einsum(*operands, keep, optimize=len(operands) > 4), keep
 
     def counts(self, cliques: Sequence[Clique]) -> np.ndarray:
         """Concatenated marginals of `cliques` scaled to the model's total (counts)."""
