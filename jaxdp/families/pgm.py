@@ -238,6 +238,11 @@ def merge_repeats(measurements: Sequence[Measurement]) -> list[Measurement]:
     ]
 
 
+# Models over a domain of at most this many cells keep their whole joint distribution (float64):
+# every marginal is then one sum over it, cheaper than inference over the tree (binary16: 65,536).
+JOINT_MAX_CELLS = 2**20
+
+
 class ModelMarginals:
     """Exact marginals of a fitted model, from its junction-tree beliefs (host NumPy).
 
@@ -269,6 +274,24 @@ class ModelMarginals:
             a: min((c for c in self._beliefs if a in c), key=lambda c: self._beliefs[c].size)
             for a in range(len(model.sizes))
         }
+        self._below: dict[Clique, frozenset[int]] = {}  # the attributes of each node's subtree
+        for node in sorted(self._parent, key=lambda n: -self._depth[n]):
+            self._below[node] = self._below.get(node, frozenset()) | frozenset(node)
+            parent = self._parent[node]
+            if parent is not None:
+                self._below[parent] = self._below.get(parent, frozenset()) | self._below[node]
+        self._messages: dict[tuple[Clique, frozenset[int]], tuple[np.ndarray, list[int]]] = {}
+        self._joint = None
+        if math.prod(model.sizes) <= JOINT_MAX_CELLS:
+            everything = set(range(len(model.sizes)))
+            self._joint = np.einsum(
+                *(
+                    x
+                    for top, children in self._covering_trees(tuple(everything))
+                    for x in self._collect(top, None, children, everything)
+                ),
+                sorted(everything),
+            )
 
     @property
     def cliques(self) -> list[Clique]:
@@ -286,14 +309,10 @@ class ModelMarginals:
         return self._conditionals[key]
 
     def _covering_trees(self, clique: Clique) -> list[tuple[Clique, dict[Clique, list[Clique]]]]:
-        """For each tree of the forest that `clique` touches, the smallest subtree holding its
-        attributes there: (its top node, node -> children within the subtree)."""
-        chosen: list[Clique] = []
-        for a in clique:
-            if not any(a in c for c in chosen):
-                chosen.append(self._smallest[a])
+        """For each tree of the forest that `clique` touches, the smallest subtree holding the
+        smallest node of each of its attributes: (its top node, node -> children within)."""
         tops: dict[Clique, set[Clique]] = {}
-        for node in chosen:  # group by component: the component's root is where parents end
+        for node in {self._smallest[a] for a in clique}:  # grouped by their component's root
             top = node
             while self._parent[top] is not None:
                 top = self._parent[top]
@@ -308,7 +327,7 @@ class ModelMarginals:
                 nodes.add(self._parent[deepest])
             (top,) = frontier
             children: dict[Clique, list[Clique]] = {n: [] for n in nodes}
-            for n in nodes:
+            for n in sorted(nodes):
                 if n != top:
                     children[self._parent[n]].append(n)
             trees.append((top, children))
@@ -317,6 +336,10 @@ class ModelMarginals:
     def marginal(self, clique: Clique) -> np.ndarray:
         """(prod of sizes,) float64 probabilities of `clique` (ascending attributes), row-major."""
         clique = tuple(clique)
+        if self._joint is not None:
+            return self._joint.sum(axis=tuple(a for a in range(self._joint.ndim) if a not in clique)).reshape(
+                -1
+            )
         home = [c for c in self._beliefs if set(clique) <= set(c)]
         if home:
             c = min(home, key=lambda c: self._beliefs[c].size)
@@ -325,8 +348,7 @@ class ModelMarginals:
         wanted = set(clique)
         operands: list[Any] = []
         for top, children in self._covering_trees(clique):
-            table, attributes = self._collect(top, None, children, wanted)
-            operands += [table, attributes]
+            operands += self._collect(top, None, children, wanted)
         return np.einsum(*operands, list(clique)).reshape(-1)
 
     def _collect(
@@ -335,7 +357,11 @@ class ModelMarginals:
         """Sum-product over the covering subtree below `node`: the table over the wanted
         attributes found there and the separator with `parent`, summing every other attribute
         out as early as possible (the top node enters as its belief, the others as their
-        conditional given the separator with their parent)."""
+        conditional given the separator with their parent). Below the top, a table depends only
+        on the node and the wanted attributes of its subtree: it is computed once per model."""
+        key = (node, frozenset(wanted & self._below[node]))
+        if parent is not None and key in self._messages:
+            return self._messages[key]
         table = self._beliefs[node] if parent is None else self._conditional(node, parent)
         operands: list[Any] = [table, list(node)]
         carried: list[int] = []
@@ -344,7 +370,10 @@ class ModelMarginals:
             operands += [message, attributes]
             carried += [a for a in attributes if a not in node and a not in carried]
         keep = [a for a in node if a in wanted or (parent is not None and a in parent)] + carried
-        return np.einsum(*operands, keep, optimize=len(operands) > 4), keep
+        result = np.einsum(*operands, keep, optimize=len(operands) > 4), keep
+        if parent is not None:
+            self._messages[key] = result
+        return result
 
     def counts(self, cliques: Sequence[Clique]) -> np.ndarray:
         """Concatenated marginals of `cliques` scaled to the model's total (counts)."""

@@ -32,28 +32,37 @@ def _from_mbi(model) -> pgm.Model:
     return pgm.Model(tuple(model.domain.shape), cliques, potentials, float(model.total))
 
 
+@pytest.mark.parametrize("joint", [False, True], ids=["tree", "joint"])
 @pytest.mark.parametrize(
     "pairs",
     [
         ((0, 1), (1, 2), (3, 4)),  # a forest: two junction trees
         ((0, 1), (1, 2), (2, 3), (0, 3), (3, 4)),  # a cycle: triangulated, 3-attribute nodes
+        ((0, 1), (1, 2), (2, 3), (3, 4)),  # a chain: 3-way marginals span up to 3 nodes
     ],
 )
-def test_calibrated_beliefs_equal_the_brute_force_joint(pairs):
+def test_calibrated_beliefs_equal_the_brute_force_joint(pairs, joint, monkeypatch):
+    """Every node's belief and every 3-way marginal (across nodes and trees) equal sums of the
+    brute-force joint, by inference over the tree and from the materialised joint."""
+    monkeypatch.setattr(pgm, "JOINT_MAX_CELLS", 2**20 if joint else 0)
     sizes = (3, 4, 2, 5, 3)
     rng = np.random.default_rng(0)
     measurements = [pgm.Measurement((i,), rng.random(s) * 100, 2.0) for i, s in enumerate(sizes)]
     measurements += [pgm.Measurement(c, rng.random(math.prod(sizes[a] for a in c)) * 30, 2.0) for c in pairs]
     model = pgm.estimate(sizes, measurements, total=None, iters=50)
     marginals = pgm.ModelMarginals(model)
+    assert (marginals._joint is not None) is joint
     joint = _brute_force_joint(model)
     everything = tuple(range(len(sizes)))
     for node in marginals.cliques:  # every junction-tree node's belief
         drop = tuple(a for a in everything if a not in node)
         np.testing.assert_allclose(marginals._beliefs[node], joint.sum(axis=drop), atol=1e-9)
-    for clique in itertools.combinations(everything, 3):  # marginals across nodes and trees
-        drop = tuple(a for a in everything if a not in clique)
-        np.testing.assert_allclose(marginals.marginal(clique), joint.sum(axis=drop).reshape(-1), atol=1e-9)
+    for size in (1, 2, 3, 4):  # marginals across nodes and trees, twice (messages are reused)
+        for clique in [*itertools.combinations(everything, size)] * 2:
+            drop = tuple(a for a in everything if a not in clique)
+            np.testing.assert_allclose(
+                marginals.marginal(clique), joint.sum(axis=drop).reshape(-1), atol=1e-9
+            )
 
 
 def test_merge_repeats_is_the_inverse_variance_average():
