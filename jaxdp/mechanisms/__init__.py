@@ -2,8 +2,8 @@
 
 from jaxdp.mechanisms._histogram import AdaptiveHistogram
 from jaxdp.mechanisms._relaxed import RelaxedAdaptive
-from jaxdp.mechanisms.aim import AIM, aim
-from jaxdp.mechanisms.aim_gem import AimGem, aim_gem
+from jaxdp.mechanisms.aim import AIM, AimModel, GraphicalModel, aim
+from jaxdp.mechanisms.aim_gem import GeneratorModel, aim_gem
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import Gaussian, GaussianState, gaussian
@@ -17,9 +17,11 @@ from jaxdp.mechanisms.rap_plus import RapPlusPlus, rap_plus_plus
 __all__ = [
     "AIM",
     "AdaptiveHistogram",
-    "AimGem",
+    "AimModel",
     "Gaussian",
     "GaussianState",
+    "GeneratorModel",
+    "GraphicalModel",
     "Independent",
     "IndependentState",
     "RapPlusPlus",

@@ -1,6 +1,6 @@
-"""AIM's selection rule and privacy filter (McKenna et al., VLDB 2022, Algorithms 2-4), shared by
-every mechanism that selects the AIM way whatever model it fits: `AIM` (a Private-PGM graphical
-model) and `AimGem` (a GEM generator).
+"""AIM's selection rule and privacy filter (McKenna et al., VLDB 2022, Algorithms 2-4): the
+model-independent half of the `AIM` driver, whatever model it fits (a Private-PGM graphical model
+for `jaxdp.aim`, a GEM generator for `jaxdp.aim_gem`).
 
 What is shared, and the same in both:
 - candidates: the downward closure W+ of the workload, weights w_r = sum_s c_s |r ∩ s|;
@@ -15,8 +15,9 @@ What is shared, and the same in both:
 - the privacy filter (Theorem 1): when what is left cannot pay two more rounds, the next round
   spends exactly the rest and is the last.
 
-The host class `AnnealedSelection` holds these as methods; a mechanism mixes it in and supplies
-the model side (`model counts` of every candidate, how it fits measurements, C_t's mask).
+The host class `AnnealedSelection` holds these as methods; the `AIM` driver mixes it in, and its
+pluggable model (`aim.AimModel`) supplies the model side (how it fits the measurements, its
+answers on every candidate, C_t's mask).
 """
 
 from __future__ import annotations
