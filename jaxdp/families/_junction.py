@@ -28,6 +28,7 @@ Everything here is post-processing of released measurements.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -104,11 +105,15 @@ def maximal(cliques: Sequence[Clique]) -> list[Clique]:
 
 def build_program(
     tree: Any, sizes: Sequence[int], potentials: Sequence[Clique], measured: Sequence[Clique]
-) -> TreeProgram:
+) -> tuple[TreeProgram, float]:
     """The `TreeProgram` of a junction tree (networkx graph over ascending attribute tuples,
     possibly a forest) with log-potentials on the cliques `potentials` (each inside a tree node)
     fitted to measurements on `measured` (each inside a potential clique). Cliques have
-    ascending attributes; their cells are row-major and concatenated in the order given."""
+    ascending attributes; their cells are row-major and concatenated in the order given.
+
+    Returns:
+        (the program, its fill: the largest share of any kind of array in use, in (0, 1]).
+    """
     import networkx as nx  # a dependency of mbi
 
     nodes = sorted(tree.nodes)
@@ -139,6 +144,7 @@ def build_program(
         "measured": sum(math.prod(sizes[a] for a in c) for c in measured),
     }
     scale = scale_for(lengths)
+    fill = max((n + 1) / (SHARES[kind] * scale) for kind, n in lengths.items())
     cells, messages, potentials_length, measured_length = (
         SHARES[kind] * scale for kind in ("cells", "messages", "potentials", "measured")
     )
@@ -148,7 +154,7 @@ def build_program(
     message_real[:n_messages] = True
     sweeps = max((nx.diameter(tree.subgraph(c)) for c in nx.connected_components(tree)), default=0)
     pairs, home, route = (SHARES[kind] * scale for kind in ("pairs", "home", "route"))
-    return TreeProgram(
+    program = TreeProgram(
         node_of_cell=node_of_cell,
         pair_cell=_padded(pair_cell, pairs, cells - 1),
         pair_in=_padded(pair_in, pairs, messages - 1),
@@ -158,8 +164,9 @@ def build_program(
         home_potential=_padded(home_potential, home, potentials_length - 1),
         route_potential=_padded(route_potential, route, potentials_length - 1),
         route_measured=_padded(route_measured, route, measured_length - 1),
-        sweeps=int(sweeps),
+        sweeps=np.int32(sweeps),
     )
+    return program, fill
 
 
 def _containment(
@@ -314,3 +321,64 @@ def mirror_descent(
     infinity = jnp.asarray(jnp.inf, theta.dtype)
     state, _, _, blocks = jax.lax.while_loop(running, block, (start, infinity, jnp.int32(0), jnp.int32(0)))
     return state.theta, state.loss, blocks
+
+
+# Compiled mirror descent, one per scale. A model grows round by round, so once a program is more
+# than PREFETCH_FILL full the next scale's program is compiled in the background (XLA compiles on
+# another core while this one fits): a run rarely waits for a compile after its first.
+PREFETCH_FILL = 0.5
+_executables: dict[int, concurrent.futures.Future] = {}
+_compiler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxdp-compile")
+
+
+def fit(
+    program: TreeProgram,
+    fill: float,
+    theta: np.ndarray,
+    noisy: np.ndarray,
+    precision: np.ndarray,
+    total: float,
+    alpha: float,
+    max_blocks: int,
+    tol: float,
+) -> tuple[Array, Array, Array]:
+    """`mirror_descent` by the compiled program of the program's scale (see `mirror_descent` for
+    the arguments; `fill` from `build_program`)."""
+    compiled = _executable(program.scale)
+    if fill > PREFETCH_FILL:
+        _executable(2 * program.scale, wait=False)
+    scalars = (np.float32(total), np.float32(alpha), np.int32(max_blocks), np.float32(tol))
+    return compiled(program, theta, noisy, precision, *scalars)
+
+
+def _executable(scale: int, *, wait: bool = True):
+    if scale not in _executables:
+        _executables[scale] = _compiler.submit(_compile, scale)
+    return _executables[scale].result() if wait else None
+
+
+def _compile(scale: int):
+    def shaped(kind: str, dtype) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((SHARES[kind] * scale,), dtype)
+
+    program = TreeProgram(
+        node_of_cell=shaped("cells", jnp.int32),
+        pair_cell=shaped("pairs", jnp.int32),
+        pair_in=shaped("pairs", jnp.int32),
+        pair_out=shaped("pairs", jnp.int32),
+        message_real=shaped("messages", jnp.bool_),
+        home_cell=shaped("home", jnp.int32),
+        home_potential=shaped("home", jnp.int32),
+        route_potential=shaped("route", jnp.int32),
+        route_measured=shaped("route", jnp.int32),
+        sweeps=jax.ShapeDtypeStruct((), jnp.int32),
+    )
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    arrays = (
+        shaped("potentials", jnp.float32),
+        shaped("measured", jnp.float32),
+        shaped("measured", jnp.float32),
+    )
+    return mirror_descent.lower(
+        program, *arrays, scalar, scalar, jax.ShapeDtypeStruct((), jnp.int32), scalar
+    ).compile()

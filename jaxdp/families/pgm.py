@@ -196,7 +196,7 @@ def estimate(
     lipschitz = mbi.marginal_loss.calculate_l2_lipschitz_from_metadata(domain, linear) if merged else 1.0
     tree, _ = mbi.junction_tree.make_junction_tree(domain, cliques)
     maximal = _junction.maximal(cliques)
-    program = _junction.build_program(tree, sizes, maximal, cliques)
+    program, fill = _junction.build_program(tree, sizes, maximal, cliques)
     theta = np.zeros(program.length("potentials"), np.float32)
     theta_start = np.cumsum([0] + [math.prod(sizes[a] for a in c) for c in maximal])
     for i, table in enumerate(_warm(warm_start, maximal, sizes)):
@@ -206,15 +206,16 @@ def estimate(
     for i, m in enumerate(merged):
         noisy[start[i] : start[i + 1]] = m.noisy
         precision[start[i] : start[i + 1]] = 1.0 / m.sigma**2
-    theta, _, _ = _junction.mirror_descent(
+    theta, _, _ = _junction.fit(
         program,
+        fill,
         theta,
         noisy,
         precision,
-        np.float32(total),
-        np.float32(2.0 / (lipschitz * total)),
-        np.int32(math.ceil(iters / _junction.BLOCK)),
-        np.float32(-np.inf if tol is None else tol),
+        total,
+        2.0 / (lipschitz * total),
+        math.ceil(iters / _junction.BLOCK),
+        -np.inf if tol is None else tol,
     )
     theta = np.asarray(theta)
     potentials = tuple(

@@ -195,7 +195,7 @@ def test_tree_program_computes_exact_marginals(pairs):
     measured = tuple(sorted({m.clique for m in _measurements(pairs)}))
     potentials = tuple(_junction.maximal(measured))
     tree, _ = mbi.junction_tree.make_junction_tree(pgm.mbi_domain(sizes), measured)
-    program = _junction.build_program(tree, sizes, potentials, measured)
+    program, _ = _junction.build_program(tree, sizes, potentials, measured)
     rng = np.random.default_rng(5)
     tables = tuple(rng.normal(scale=2.0, size=[sizes[a] for a in c]) for c in potentials)
     theta = np.zeros(program.length("potentials"), np.float32)

@@ -126,14 +126,14 @@ def test_fit_stops_early_once_converged(monkeypatch):
     measurements.append(pgm.Measurement((0, 1), rng.random(12) * 30, 2.0))
     fitted = pgm.estimate(sizes, measurements, total=None, iters=3000)
     blocks = []
-    descend = _junction.mirror_descent
+    descend = _junction.fit
 
     def counted(*args):
         theta, loss, ran = descend(*args)
         blocks.append(int(ran))
         return theta, loss, ran
 
-    monkeypatch.setattr(_junction, "mirror_descent", counted)
+    monkeypatch.setattr(_junction, "fit", counted)
     pgm.estimate(sizes, measurements, total=None, iters=1000, warm_start=fitted, tol=1e-2)
     pgm.estimate(sizes, measurements, total=None, iters=1000, warm_start=fitted, tol=None)
     assert blocks == [3, 20]
