@@ -51,7 +51,7 @@ PATIENCE = 2
 # and any overflow raises the scale instead of failing. MIN_SCALE: below it a program costs about
 # the same to run, and one compile serves every small model.
 SHARES = {"cells": 1, "messages": 1, "pairs": 2, "home": 8, "potentials": 1, "route": 2, "measured": 1}
-MIN_SCALE = 2**10
+MIN_SCALE = 2**11
 
 
 def scale_for(lengths: dict[str, int]) -> int:
@@ -326,7 +326,7 @@ def mirror_descent(
 # Compiled mirror descent, one per scale. A model grows round by round, so once a program is more
 # than PREFETCH_FILL full the next scale's program is compiled in the background (XLA compiles on
 # another core while this one fits): a run rarely waits for a compile after its first.
-PREFETCH_FILL = 0.5
+PREFETCH_FILL = 0.6
 _executables: dict[int, concurrent.futures.Future] = {}
 _compiler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxdp-compile")
 
@@ -346,9 +346,15 @@ def fit(
     the arguments; `fill` from `build_program`)."""
     compiled = _executable(program.scale)
     if fill > PREFETCH_FILL:
-        _executable(2 * program.scale, wait=False)
+        prefetch(2 * program.scale)
     scalars = (np.float32(total), np.float32(alpha), np.int32(max_blocks), np.float32(tol))
     return compiled(program, theta, noisy, precision, *scalars)
+
+
+def prefetch(scale: int = MIN_SCALE) -> None:
+    """Start compiling the program of `scale` in the background (AIM's factory asks for the
+    first one, so round 0's fit finds it compiled while the records are being counted)."""
+    _executable(scale, wait=False)
 
 
 def _executable(scale: int, *, wait: bool = True):

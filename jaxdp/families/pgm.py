@@ -225,6 +225,11 @@ def estimate(
     return Model(sizes, tuple(maximal), potentials, float(total))
 
 
+def prefetch() -> None:
+    """Start compiling the smallest model's fitting program in the background."""
+    _junction.prefetch()
+
+
 def _warm(model: Model | None, cliques: Sequence[Clique], sizes: Sequence[int]) -> list[np.ndarray]:
     """Log-potential tables on `cliques` that start a fit from `model` (zeros without one): each
     of the model's potentials is added into the smallest of `cliques` holding it. The new cliques

@@ -154,10 +154,10 @@ SHARED_MEASUREMENT_LENGTH = 2**15
 
 
 def measurement_length(n: int, largest: int) -> int:
-    """The public padded length of an n-entry measurement when the largest candidate marginal
-    has `largest` cells: one length, the power of two holding the largest candidate (at most
-    `SHARED_MEASUREMENT_LENGTH`), serves every measurement that fits; longer ones take powers of
-    four above it."""
+    """The public padded length of an n-entry measurement when the largest measurement a run can
+    make (a candidate marginal, or round 0's 1-way marginals together) has `largest` entries: one
+    length, the power of two holding it (at most `SHARED_MEASUREMENT_LENGTH`), serves every
+    measurement that fits; longer ones take powers of four above it."""
     length = min(padded_length(largest), SHARED_MEASUREMENT_LENGTH)
     while length < n:
         length *= 4
@@ -241,7 +241,8 @@ class AnnealedSelection:
         Privacy:
             Reads the true counts; one Gaussian measurement (`noise.measure_counts`).
         """
-        padded_index = np.zeros(measurement_length(len(index), max(self.candidates.cells)), np.int32)
+        largest = max(max(self.candidates.cells), sum(self.candidates.cells[i] for i in self._one_way()))
+        padded_index = np.zeros(measurement_length(len(index), largest), np.int32)
         padded_index[: len(index)] = index
         answers = self.answers.map(_padded_gather, jnp.asarray(padded_index), jnp.int32(len(index)))
         noisy, charge = noise.measure_counts(

@@ -529,6 +529,7 @@ def aim(
     pgm.require_mbi()
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
+    pgm.prefetch()  # the first fit compiles while the records are counted
     settings = selection_settings(
         data,
         workload,

@@ -386,6 +386,18 @@ def test_a_one_device_records_mesh_releases_what_no_mesh_releases():
     np.testing.assert_array_equal(*runs)
 
 
+def test_measurements_share_one_padded_length():
+    """Every measurement up to the run's largest (capped) shares one public length, so the exact
+    sampler compiles once; longer ones take powers of four above it."""
+    from jaxdp.mechanisms._aim_selection import SHARED_MEASUREMENT_LENGTH, measurement_length
+
+    assert {measurement_length(n, 20_400) for n in (1, 127, 4096, 20_400)} == {32_768}
+    assert {measurement_length(n, 32) for n in (1, 8, 32)} == {32}
+    cap = SHARED_MEASUREMENT_LENGTH
+    assert measurement_length(cap, 10**6) == cap
+    assert measurement_length(cap + 1, 10**6) == 4 * cap
+
+
 def test_bad_noise_is_refused():
     data = tiny_dataset()
     with pytest.raises(ValueError, match="noise"):
