@@ -1,13 +1,19 @@
-"""AIM on ADULT (Private-PGM estimation): workload error, seconds per run, scoring time per round.
+"""AIM (Private-PGM estimation): workload error, seconds per run, compiles, time per round.
 
-The issue's settings: epsilon = 1, delta = 1e-9, all 3-way marginals of a 6-attribute projection
-(age, education-num, marital-status, occupation, sex, income>50K) or of all 14 attributes, data
-from ../shared/data/private-pgm/ (skipped with a message when absent). Workload error is AIM's
-(Definition 2, unweighted): the mean over workload marginals of the L1 distance between the
-normalised marginals of the real and synthetic tables (`jaxdp.evaluate`, key "mean_l1").
+The issue's settings: epsilon = 1, delta = 1e-9, all 3-way marginals of
+- ADULT: a 6-attribute projection (age, education-num, marital-status, occupation, sex,
+  income>50K) or all 14 attributes, data from ../shared/data/private-pgm/ (skipped with a message
+  when absent);
+- binary16: 16 binary attributes (560 3-way marginals, 65,536 cells in the whole domain), 50,000
+  records drawn from a seeded Bayes net (`binary16`; `--write-table DIR` writes it as CSV and
+  domain JSON for the CLI).
+Workload error is AIM's (Definition 2, unweighted): the mean over workload marginals of the L1
+distance between the normalised marginals of the real and synthetic tables (`jaxdp.evaluate`, key
+"mean_l1").
 
-    python bench/bench_aim.py [--attributes 6|14] [--seeds 0 1 2 3 4] [--epsilon 1] [--out F.jsonl]
-        [--iters 1000] [--final-iters 3000] [--tol 1e-2 | --tol none] [--compilation-cache DIR]
+    python bench/bench_aim.py [--table adult|binary16] [--attributes 6|14] [--seeds 0 1 2 3 4]
+        [--epsilon 1] [--out F.jsonl] [--iters 1000] [--final-iters 3000] [--tol 1e-2 | --tol none]
+        [--compilation-cache DIR] [--write-table DIR]
 """
 
 from __future__ import annotations
@@ -52,6 +58,38 @@ def load_adult(attributes: int) -> Dataset | None:
     columns = [header.index(c) for c in names]
     domain = Domain.from_sizes({c: sizes[c] for c in names})
     return Dataset.from_codes(domain, codes[:, columns])
+
+
+def binary16(rows: int = 50_000, seed: int = 2024) -> Dataset:
+    """16 binary attributes drawn from a seeded Bayes net: attribute i has up to 3 parents among
+    the attributes before it, and P(x_i = 1 | parents) ~ Beta(0.5, 0.5) per parent value (strong,
+    varied dependences). The same table for the same (rows, seed)."""
+    rng = np.random.default_rng(seed)
+    codes = np.zeros((rows, 16), np.int32)
+    for i in range(16):
+        parents = rng.choice(i, size=min(i, 3), replace=False) if i else np.zeros(0, int)
+        table = rng.beta(0.5, 0.5, size=2 ** len(parents))
+        index = np.zeros(rows, np.int64)
+        for p in parents:
+            index = 2 * index + codes[:, p]
+        codes[:, i] = rng.random(rows) < table[index]
+    return Dataset.from_codes(Domain.from_sizes({f"b{i}": 2 for i in range(16)}), codes)
+
+
+def write_table(data: Dataset, directory: str, name: str) -> None:
+    """`name`.csv (header and codes) and `name`-domain.json (sizes) for `python -m jaxdp`."""
+    os.makedirs(directory, exist_ok=True)
+    names = data.domain.names
+    np.savetxt(
+        os.path.join(directory, f"{name}.csv"),
+        data.codes,
+        fmt="%d",
+        delimiter=",",
+        header=",".join(names),
+        comments="",
+    )
+    with open(os.path.join(directory, f"{name}-domain.json"), "w") as f:
+        json.dump(dict(zip(names, data.domain.sizes, strict=True)), f)
 
 
 class CompileLog:
@@ -152,7 +190,9 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--attributes", type=int, choices=(6, 14), default=6)
+    parser.add_argument("--table", choices=("adult", "binary16"), default="adult")
+    parser.add_argument("--attributes", type=int, choices=(6, 14), default=6, help="ADULT's attributes")
+    parser.add_argument("--write-table", default=None, help="write the table as CSV + domain JSON here")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-9)
@@ -181,9 +221,12 @@ def main() -> None:
     if args.compilation_cache:
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    data = load_adult(args.attributes)
+    data = binary16() if args.table == "binary16" else load_adult(args.attributes)
     if data is None:
         return
+    table = "binary16" if args.table == "binary16" else f"adult{args.attributes}"
+    if args.write_table:
+        write_table(data, args.write_table, table)
     workload = all_kway(data.domain.sizes, 3)
     recorder = Recorder(args.out)
     for seed in args.seeds:
@@ -192,7 +235,12 @@ def main() -> None:
             row = run_once(data, workload, seed, args.epsilon, args.delta, **options)
             recorder.emit(
                 "aim",
-                {"attributes": args.attributes, "marginals": len(workload), "records": len(data)},
+                {
+                    "table": table,
+                    "attributes": len(data.domain.sizes),
+                    "marginals": len(workload),
+                    "records": len(data),
+                },
                 **options,
                 **row,
             )

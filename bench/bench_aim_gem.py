@@ -27,15 +27,11 @@ from bench_aim import load_adult
 import jaxdp
 from jaxdp import evaluate, loop
 from jaxdp.domain import Dataset
-from jaxdp.families import pgm
 from jaxdp.queries import all_kway
 
 
-def _model_answers(name: str, mech, state) -> np.ndarray:
+def _model_answers(mech, state) -> np.ndarray:
     """(workload.n_queries,) fractions of the fitted model itself (no sampling)."""
-    if name == "aim":
-        model = pgm.ModelMarginals(state.model)
-        return model.counts(mech.workload.cliques) / model.total
     return np.asarray(mech.relaxed_answers(state), np.float64)
 
 
@@ -58,7 +54,7 @@ def run_once(name: str, data, workload, seed: int, epsilon: float, delta: float)
     total_s = time.perf_counter() - start
     synthetic = Dataset.from_codes(data.domain, codes)
     model = evaluate.answer_errors(
-        evaluate.fractions(data, workload), _model_answers(name, mech, result.state), workload
+        evaluate.fractions(data, workload), _model_answers(mech, result.state), workload
     )
     return {
         "mechanism": name,

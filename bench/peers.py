@@ -7,7 +7,8 @@ message when absent). The noisy marginals it released (its final `AIMState.measu
 post-processed two ways, and both are scored against the real table:
 
 - jaxdp: the model AIM itself fitted (warm-started mirror descent over its rounds, early stop
-  tol 1e-2, via mbi's `MirrorDescent`), its workload marginals from the junction-tree beliefs in
+  tol 1e-2, mbi's algorithm in jaxdp's one compiled program, `families._junction`), its workload
+  marginals from the junction-tree beliefs in
   host NumPy (`families.pgm.ModelMarginals`), its synthetic records from `jaxdp.release` (keyed
   sampling, one compiled program). For a like-for-like estimator timing, jaxdp's estimator call
   (`families.pgm.estimate`, the same tol) is also run from scratch on the final measurements.
@@ -78,7 +79,11 @@ def run_jaxdp(data: Dataset, workload, seed: int, fractions: np.ndarray) -> tupl
     codes, synth_first, synth_warm = first_and_warm(lambda: jaxdp.release(mech, state, key, rows=n))
     refit, fit_first, fit_warm = first_and_warm(
         lambda: pgm.estimate(
-            data.domain.sizes, state.measurements, total=None, iters=mech.final_iters, tol=mech.tol
+            data.domain.sizes,
+            state.measurements,
+            total=None,
+            iters=mech.model.final_iters,
+            tol=mech.model.tol,
         )
     )
     refit_counts = pgm.ModelMarginals(refit).counts(cliques)
@@ -110,7 +115,7 @@ def run_mbi(data: Dataset, workload, seed: int, fractions: np.ndarray, mech, sta
     ]
     estimator = mbi.estimation.MirrorDescent()
     model, fit_first, fit_warm = first_and_warm(
-        lambda: estimator.estimate(domain, measured, iters=mech.final_iters)
+        lambda: estimator.estimate(domain, measured, iters=mech.model.final_iters)
     )
 
     def project_all():

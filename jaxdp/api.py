@@ -116,18 +116,32 @@ def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None
     return independent(data, mesh=mesh, **budget)  # measures the 1-way marginals whatever the workload
 
 
-def _aim(data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options):
+def _aim(
+    data: Dataset,
+    workload: MarginalWorkload,
+    *,
+    rounds: int | None = None,
+    mesh: Mesh | None = None,
+    **options,
+):
     """AIM picks its own rounds by budget annealing: `rounds` caps them (its T)."""
     if rounds is not None:
         options["max_rounds"] = rounds
-    return aim(data, workload, **options)
+    return aim(data, workload, mesh=mesh, **options)
 
 
-def _aim_gem(data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options):
+def _aim_gem(
+    data: Dataset,
+    workload: MarginalWorkload,
+    *,
+    rounds: int | None = None,
+    mesh: Mesh | None = None,
+    **options,
+):
     """AIM's selection and filter with GEM's generator: `rounds` caps the rounds (its T)."""
     if rounds is not None:
         options["max_rounds"] = rounds
-    return aim_gem(data, workload, **options)
+    return aim_gem(data, workload, mesh=mesh, **options)
 
 
 def _aim_error_bounds(mechanism, state, synthetic: Dataset, confidence: float, domain: Domain) -> dict:
@@ -190,9 +204,11 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "gem-pub": MechanismSpec(gem_pub, rounds=50, cap_rounds=True, relaxed=True, public=True, mesh=True),
     "dualquery": MechanismSpec(dualquery, rounds=100),
     "fem": MechanismSpec(fem, rounds=200),
-    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, jit_release=False, relations=_AIM_RELATIONS),
+    "aim": MechanismSpec(
+        _aim, error_bounds=_aim_error_bounds, jit_release=False, relations=_AIM_RELATIONS, mesh=True
+    ),
     "rap++": MechanismSpec(_rap_plus_plus, own_workload=True, real_numeric=True),
-    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False, relations=_AIM_RELATIONS),
+    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False, relations=_AIM_RELATIONS, mesh=True),
 }
 # Works on any categorical domain with no dense histogram and no extra dependency, in about a
 # minute on ADULT; AIM is more accurate on small domains but needs the `pgm` extra and is slower.
@@ -730,8 +746,8 @@ def synthesize(
         confidence: of the per-marginal error bounds (aim).
         mesh: count the records split over this mesh's devices (one axis "records":
             `jaxdp.queries.records_mesh()`; independent, gaussian, mwem, pep, pmw-pub, pep-pub,
-            rap, rap-softmax, gem, gem-pub). The release equals the single-device one up to float
-            summation order: noise is added once, to the summed counts.
+            rap, rap-softmax, gem, gem-pub, aim, aim-gem). The release equals the single-device
+            one up to float summation order: noise is added once, to the summed counts.
         binning_share: the fraction of the budget's rho spent on private quantile bins, when
             the table schema asks for them (`"binning": "quantiles"`).
         **options: the mechanism factory's own keywords (e.g. batch for gem).

@@ -1,5 +1,6 @@
-"""Graphical-model family (Private-PGM, via the `mbi` package): estimation, exact marginals,
-model size and keyed sampling. The only module that imports `mbi`.
+"""Graphical-model family (Private-PGM): estimation, exact marginals, model size and keyed
+sampling. The only module that imports `mbi`, which builds the junction trees (triangulation,
+model size, the loss's Lipschitz constant); the fitting is jaxdp's own (`_junction`).
 
 Everything here is post-processing of noisy measurements: it never sees private data.
 
@@ -7,34 +8,35 @@ Attributes are named by their index in the categorical domain (0..d-1), so a cli
 tuple of ints in jaxdp's workloads and in mbi.
 
 Marginals of the fitted model (`ModelMarginals`) are exact and computed on the host with NumPy:
-the junction tree is calibrated by log-space sum-product over mbi's potentials, and the model is
-Markov with respect to that tree, so p(x) = prod_C mu_C / prod_S mu_S over the tree's cliques C
-and separators S. A marginal inside one clique is a sum of that clique's belief; any other
-marginal is one `einsum` over the beliefs of the smallest subtree covering it, each non-root
+the junction tree is calibrated by log-space sum-product over the model's potentials, and the
+model is Markov with respect to that tree, so p(x) = prod_C mu_C / prod_S mu_S over the tree's
+cliques C and separators S. A marginal inside one clique is a sum of that clique's belief; any
+other marginal is one `einsum` over the beliefs of the smallest subtree covering it, each non-root
 clique entering as the conditional mu_C / mu_{C ∩ parent}. Nothing is compiled per model or per
 queried marginal (the peers' per-candidate XLA compile is what makes their AIM slow).
 
-Compile economy. XLA compilation, not arithmetic, dominates a small AIM run: mbi compiles one
-mirror-descent program per distinct list of measured cliques. `estimate` therefore merges repeated
-measurements of one clique (exactly: see `merge_repeats`) and sorts them, so a repeat costs no new
-program and equal clique sets share one, and it compiles small models with XLA's cheap settings
-(`jax_disable_most_optimizations`), which halve compile time where compiling costs more than
-running. Sampling pads its tables and columns to power-of-two buckets (`padded_length`), so it
-compiles once per bucket rather than once per attribute.
+Compile economy. XLA compilation, not arithmetic, dominated AIM runs while mbi compiled one
+mirror-descent program per distinct list of measured cliques. `estimate` runs mbi's algorithm in
+one program whose shapes do not depend on the cliques (the tree travels as padded index arrays,
+see `_junction`), and merges repeated measurements of one clique exactly (`merge_repeats`).
+Sampling pads its tables and columns to power-of-two buckets (`padded_length`), so it compiles
+once per bucket rather than once per attribute.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import itertools
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp.families import _junction
 from jaxdp.types import Array, Key
 
 Clique = tuple[int, ...]
@@ -74,9 +76,83 @@ def mbi_domain(sizes: Sequence[int]):
 
 
 def model_size_mb(sizes: Sequence[int], cliques: Sequence[Clique]) -> float:
-    """Megabytes of the junction tree implied by `cliques` (Private-PGM's JT-SIZE)."""
-    mbi = require_mbi()
-    return float(mbi.junction_tree.hypothetical_model_size(mbi_domain(sizes), [tuple(c) for c in cliques]))
+    """Megabytes of the junction tree implied by `cliques` (Private-PGM's JT-SIZE): 8 bytes per
+    cell of the maximal cliques of the graph the cliques draw, triangulated as mbi triangulates
+    it (`mbi.junction_tree.make_junction_tree`: no fill-in when the graph is a tree, else greedy
+    elimination of the attribute whose neighbourhood has the fewest cells, ties to the lowest
+    index). Computed here on bitmask adjacency (microseconds), once per graph: AIM's filter asks
+    for hundreds of candidates a round, most of which draw a graph asked for before.
+    """
+    edges = frozenset(pair for c in cliques for pair in itertools.combinations(sorted(c), 2))
+    return _graph_size_mb(tuple(int(s) for s in sizes), edges)
+
+
+@functools.lru_cache(maxsize=2**16)
+def _graph_size_mb(sizes: tuple[int, ...], edges: frozenset[tuple[int, int]]) -> float:
+    d = len(sizes)
+    neighbours = [0] * d
+    for a, b in edges:
+        neighbours[a] |= 1 << b
+        neighbours[b] |= 1 << a
+    cells = _cells_of_masks(sizes)
+    if edges and len(edges) == d - 1 and _connected(neighbours):  # a tree: its edges are the cliques
+        return sum(sizes[a] * sizes[b] for a, b in edges) * 8 / 2**20
+    cliques, remaining = [], list(range(d))
+    while remaining:
+        a = min(remaining, key=lambda v: cells(neighbours[v] | 1 << v))  # first minimum wins
+        remaining.remove(a)
+        later = neighbours[a]
+        cliques.append(later | 1 << a)
+        for b in remaining:  # eliminate a: its neighbours become a clique
+            if later >> b & 1:
+                neighbours[b] = (neighbours[b] | later) & ~(1 << b) & ~(1 << a)
+    maximal = {c for c in cliques if not any(c != o and c & o == c for o in cliques)}
+    return sum(cells(c) for c in maximal) * 8 / 2**20
+
+
+@functools.lru_cache(maxsize=64)
+def _cells_of_masks(sizes: tuple[int, ...]):
+    """mask -> product of the sizes of its attributes, by exact integer tables per byte."""
+    tables = []
+    for start in range(0, len(sizes), 8):
+        chunk = sizes[start : start + 8]
+        table = [1] * (1 << len(chunk))
+        for mask in range(1, len(table)):
+            low = (mask & -mask).bit_length() - 1
+            table[mask] = table[mask & (mask - 1)] * chunk[low]
+        tables.append(table)
+
+    def cells(mask: int) -> int:
+        product = 1
+        for table in tables:
+            product *= table[mask & 0xFF]
+            mask >>= 8
+        return product
+
+    return cells
+
+
+def _connected(neighbours: list[int]) -> bool:
+    seen, frontier = 1, 1
+    while frontier:
+        reached = 0
+        for a in range(len(neighbours)):
+            if frontier >> a & 1:
+                reached |= neighbours[a]
+        frontier = reached & ~seen
+        seen |= reached
+    return seen == (1 << len(neighbours)) - 1
+
+
+class Model(NamedTuple):
+    """A fitted graphical model: p(x) proportional to exp(sum_c potentials[c][x_c]) over the
+    measured `cliques` (ascending attributes; each table's axes in that order), with `total`
+    records (the counts' scale)."""
+
+    sizes: tuple[int, ...]
+    cliques: tuple[Clique, ...]
+    potentials: tuple[np.ndarray, ...]
+    total: float
 
 
 def estimate(
@@ -85,90 +161,84 @@ def estimate(
     *,
     total: float | None,
     iters: int,
-    warm_start: Any = None,
+    warm_start: Model | None = None,
     tol: float | None = None,
-) -> Any:
+) -> Model:
     """Fit a graphical model to the measurements by mirror descent (MLE under Gaussian noise).
+
+    Private-PGM's estimator (mbi's `MirrorDescent`, step for step) run by one compiled program
+    whatever the measured cliques (`_junction`): the junction tree is data, padded to a few
+    sizes, so an AIM run compiles a few programs, not one per round.
 
     Args:
         sizes: categorical attribute sizes.
         measurements: the released noisy marginals (counts).
         total: the record count if it is public; None to estimate it from the measurements
             (minimum-variance unbiased combination of their sums).
-        iters: mirror-descent iterations.
+        iters: mirror-descent iterations at most (rounded up to blocks of 50).
         warm_start: a previous model whose potentials start the optimisation.
         tol: stop before `iters` once two consecutive blocks of 50 iterations each lower the
             loss by at most this fraction of it; None runs all `iters`.
 
     Returns:
-        an `mbi.MarkovRandomField`.
+        the fitted `Model` (post-processing of the measurements only).
     """
     mbi = require_mbi()
+    sizes = tuple(int(s) for s in sizes)
     domain = mbi_domain(sizes)
     merged = merge_repeats(measurements)
+    cliques = tuple(m.clique for m in merged)
     linear = [
-        mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), tuple(m.clique), float(m.sigma))
-        for m in merged
+        mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), m.clique, float(m.sigma)) for m in merged
     ]
-    estimator = mbi.estimation.MirrorDescent(marginal_oracle=_host_or_compiled_oracle)
-    cells = model_size_mb(sizes, [m.clique for m in merged]) * 2**20 / 8
-    with _cheap_compiles(cells <= CHEAP_COMPILE_MAX_CELLS):
-        return estimator.estimate(
-            domain, linear, known_total=total, iters=iters, warm_start=warm_start, tol=tol, patience=2
-        )
+    if total is None:
+        total = mbi.estimation.minimum_variance_unbiased_total(linear)
+    lipschitz = mbi.marginal_loss.calculate_l2_lipschitz_from_metadata(domain, linear) if merged else 1.0
+    tree, _ = mbi.junction_tree.make_junction_tree(domain, cliques)
+    maximal = _junction.maximal(cliques)
+    program, fill = _junction.build_program(tree, sizes, maximal, cliques)
+    theta = np.zeros(program.length("potentials"), np.float32)
+    theta_start = np.cumsum([0] + [math.prod(sizes[a] for a in c) for c in maximal])
+    for i, table in enumerate(_warm(warm_start, maximal, sizes)):
+        theta[theta_start[i] : theta_start[i + 1]] = table.reshape(-1)
+    noisy, precision = (np.zeros(program.length("measured"), np.float32) for _ in range(2))
+    start = np.cumsum([0] + [m.noisy.size for m in merged])
+    for i, m in enumerate(merged):
+        noisy[start[i] : start[i + 1]] = m.noisy
+        precision[start[i] : start[i + 1]] = 1.0 / m.sigma**2
+    theta, _, _ = _junction.fit(
+        program,
+        fill,
+        theta,
+        noisy,
+        precision,
+        total,
+        2.0 / (lipschitz * total),
+        math.ceil(iters / _junction.BLOCK),
+        -np.inf if tol is None else tol,
+    )
+    theta = np.asarray(theta)
+    potentials = tuple(
+        theta[theta_start[i] : theta_start[i + 1]].reshape([sizes[a] for a in c])
+        for i, c in enumerate(maximal)
+    )
+    return Model(sizes, tuple(maximal), potentials, float(total))
 
 
-# Junction trees up to this many cells are compiled with XLA's optimisations off. Measured on the
-# 2-core CPU (process CPU seconds, ADULT-14 sizes): at 145k cells the compile took 3.8 s instead of
-# 4.7 s and 500 iterations ran as fast (0.9 s vs 1.0 s); at 860k cells compiling saved 1.3 s but
-# 500 iterations took 2.1 s instead of 1.4 s, a loss over AIM's ~1000 iterations per round. The
-# 6-attribute ADULT models (about 10^4 cells) sit far below, where compiling is most of a fit.
-CHEAP_COMPILE_MAX_CELLS = 2**18
+def prefetch() -> None:
+    """Start compiling the smallest model's fitting program in the background."""
+    _junction.prefetch()
 
 
-@contextlib.contextmanager
-def _cheap_compiles(enabled: bool) -> Iterator[None]:
-    """Compile with `jax_disable_most_optimizations` inside the block (a process-wide flag, so it
-    is restored on exit; programs compiled meanwhile stay cached as they were compiled)."""
-    previous = bool(jax.config.read("jax_disable_most_optimizations"))
-    jax.config.update("jax_disable_most_optimizations", enabled or previous)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_disable_most_optimizations", previous)
-
-
-def _host_or_compiled_oracle(potentials: Any, total: Any = 1.0, *, constraints: Sequence[Any] = ()) -> Any:
-    """mbi's marginal oracle, on the host when mbi calls it outside a trace.
-
-    mbi calls the oracle eagerly once before and once after the mirror-descent loop; its default
-    oracle is a jitted message passing, so those two calls cost one XLA compile per clique set,
-    i.e. per AIM round. Called eagerly, this oracle calibrates the junction tree in NumPy instead
-    (`calibrate`, the same marginals); inside mbi's compiled loop it is mbi's default oracle.
-    """
-    mbi = require_mbi()
-    leaves = [*jax.tree.leaves(potentials), total]
-    if constraints or any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
-        oracle = mbi.marginal_oracles.default_oracle(
-            potentials.cliques, potentials.domain, has_constraints=bool(constraints)
-        )
-        return oracle(potentials, total, constraints=constraints)
-    domain = potentials.domain
-    tree, _ = mbi.junction_tree.make_junction_tree(domain, potentials.cliques)
-    logs = {
-        tuple(potentials[c].domain.attributes): np.asarray(potentials[c].values, np.float64)
-        for c in potentials.cliques
-    }
-    beliefs = calibrate(tree, logs, dict(zip(domain.attributes, domain.shape, strict=True)))
-    tables = {}
-    for clique in potentials.cliques:
-        node = min((n for n in beliefs if set(clique) <= set(n)), key=len)
-        kept = [a for a in node if a in clique]
-        summed = beliefs[node].sum(axis=tuple(i for i, a in enumerate(node) if a not in clique))
-        values = float(total) * np.transpose(summed, [kept.index(a) for a in clique])
-        dtype = potentials[clique].values.dtype
-        tables[clique] = mbi.Factor(domain.project(clique), jnp.asarray(values, dtype))
-    return mbi.CliqueVector(domain, potentials.cliques, tables)
+def _warm(model: Model | None, cliques: Sequence[Clique], sizes: Sequence[int]) -> list[np.ndarray]:
+    """Log-potential tables on `cliques` that start a fit from `model` (zeros without one): each
+    of the model's potentials is added into the smallest of `cliques` holding it. The new cliques
+    hold every old one (measurements only accumulate), so the distribution is the model's."""
+    tables = [np.zeros([sizes[a] for a in c], np.float32) for c in cliques]
+    for old, potential in zip(model.cliques, model.potentials, strict=True) if model else ():
+        i = min((j for j, c in enumerate(cliques) if set(old) <= set(c)), key=lambda j: tables[j].size)
+        tables[i] = tables[i] + _aligned(potential, old, cliques[i])
+    return tables
 
 
 def merge_repeats(measurements: Sequence[Measurement]) -> list[Measurement]:
@@ -193,26 +263,60 @@ def merge_repeats(measurements: Sequence[Measurement]) -> list[Measurement]:
     ]
 
 
+# Models over a domain of at most this many cells keep their whole joint distribution (float64):
+# every marginal is then one sum over it, cheaper than inference over the tree (binary16: 65,536).
+JOINT_MAX_CELLS = 2**20
+
+
 class ModelMarginals:
     """Exact marginals of a fitted model, from its junction-tree beliefs (host NumPy).
 
     Args:
-        model: an `mbi.MarkovRandomField`.
+        model: a `Model` from `estimate`.
     """
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Model):
+        import networkx as nx  # a dependency of mbi
+
         mbi = require_mbi()
         self.total = float(model.total)
-        tree, _ = mbi.junction_tree.make_junction_tree(model.domain, [tuple(c) for c in model.cliques])
+        tree, _ = mbi.junction_tree.make_junction_tree(mbi_domain(model.sizes), model.cliques)
         self._tree = tree
         potentials = {
-            tuple(model.potentials[c].domain.attributes): np.asarray(model.potentials[c].values, np.float64)
-            for c in model.potentials.cliques
+            c: np.asarray(p, np.float64) for c, p in zip(model.cliques, model.potentials, strict=True)
         }
-        self._beliefs = calibrate(
-            tree, potentials, dict(zip(model.domain.attributes, model.domain.shape, strict=True))
-        )
+        self._beliefs = calibrate(tree, potentials, dict(enumerate(model.sizes)))
         self._conditionals: dict[tuple[Clique, Clique], np.ndarray] = {}
+        # each component rooted at its smallest node: parents and depths for covering subtrees
+        self._parent: dict[Clique, Clique | None] = {}
+        self._depth: dict[Clique, int] = {}
+        for component in nx.connected_components(tree):
+            root = min(component)
+            self._parent[root], self._depth[root] = None, 0
+            for parent, child in nx.bfs_edges(tree.subgraph(component), root):
+                self._parent[child], self._depth[child] = parent, self._depth[parent] + 1
+        self._smallest = {
+            a: min((c for c in self._beliefs if a in c), key=lambda c: self._beliefs[c].size)
+            for a in range(len(model.sizes))
+        }
+        self._below: dict[Clique, frozenset[int]] = {}  # the attributes of each node's subtree
+        for node in sorted(self._parent, key=lambda n: -self._depth[n]):
+            self._below[node] = self._below.get(node, frozenset()) | frozenset(node)
+            parent = self._parent[node]
+            if parent is not None:
+                self._below[parent] = self._below.get(parent, frozenset()) | self._below[node]
+        self._messages: dict[tuple[Clique, frozenset[int]], tuple[np.ndarray, list[int]]] = {}
+        self._joint = None
+        if math.prod(model.sizes) <= JOINT_MAX_CELLS:
+            everything = set(range(len(model.sizes)))
+            self._joint = np.einsum(
+                *(
+                    x
+                    for top, children in self._covering_trees(tuple(everything))
+                    for x in self._collect(top, None, children, everything)
+                ),
+                sorted(everything),
+            )
 
     @property
     def cliques(self) -> list[Clique]:
@@ -229,44 +333,72 @@ class ModelMarginals:
             )
         return self._conditionals[key]
 
-    def _covering_tree(self, clique: Clique):
-        """The smallest set of tree edges (parent -> child) and roots covering `clique`."""
-        import networkx as nx  # a dependency of mbi
-
-        chosen = []
-        for a in clique:
-            if not any(a in c for c in chosen):
-                chosen.append(min((c for c in self._beliefs if a in c), key=lambda c: self._beliefs[c].size))
-        roots, edges = [], []
-        components: dict[int, list[Clique]] = {}
-        for c in chosen:
-            comp = next(i for i, cc in enumerate(nx.connected_components(self._tree)) if c in cc)
-            components.setdefault(comp, []).append(c)
-        for members in components.values():
-            root = members[0]
-            roots.append(root)
-            nodes = {root}
-            for other in members[1:]:
-                nodes.update(nx.shortest_path(self._tree, root, other))
-            sub = self._tree.subgraph(nodes)
-            edges.extend(nx.bfs_edges(sub, root))
-        return roots, edges
+    def _covering_trees(self, clique: Clique) -> list[tuple[Clique, dict[Clique, list[Clique]]]]:
+        """For each tree of the forest that `clique` touches, the smallest subtree holding the
+        smallest node of each of its attributes: (its top node, node -> children within)."""
+        tops: dict[Clique, set[Clique]] = {}
+        for node in {self._smallest[a] for a in clique}:  # grouped by their component's root
+            top = node
+            while self._parent[top] is not None:
+                top = self._parent[top]
+            tops.setdefault(top, set()).add(node)
+        trees = []
+        for members in tops.values():
+            nodes, frontier = set(members), set(members)
+            while len(frontier) > 1:  # climb the deepest node until all paths meet
+                deepest = max(frontier, key=lambda n: self._depth[n])
+                frontier.remove(deepest)
+                frontier.add(self._parent[deepest])
+                nodes.add(self._parent[deepest])
+            (top,) = frontier
+            children: dict[Clique, list[Clique]] = {n: [] for n in nodes}
+            for n in sorted(nodes):
+                if n != top:
+                    children[self._parent[n]].append(n)
+            trees.append((top, children))
+        return trees
 
     def marginal(self, clique: Clique) -> np.ndarray:
         """(prod of sizes,) float64 probabilities of `clique` (ascending attributes), row-major."""
         clique = tuple(clique)
+        if self._joint is not None:
+            return self._joint.sum(axis=tuple(a for a in range(self._joint.ndim) if a not in clique)).reshape(
+                -1
+            )
         home = [c for c in self._beliefs if set(clique) <= set(c)]
         if home:
             c = min(home, key=lambda c: self._beliefs[c].size)
             drop = tuple(i for i, a in enumerate(c) if a not in clique)
             return self._beliefs[c].sum(axis=drop).reshape(-1)
-        roots, edges = self._covering_tree(clique)
+        wanted = set(clique)
         operands: list[Any] = []
-        for root in roots:
-            operands += [self._beliefs[root], list(root)]
-        for parent, child in edges:
-            operands += [self._conditional(child, parent), list(child)]
-        return np.einsum(*operands, list(clique), optimize="greedy").reshape(-1)
+        for top, children in self._covering_trees(clique):
+            operands += self._collect(top, None, children, wanted)
+        return np.einsum(*operands, list(clique)).reshape(-1)
+
+    def _collect(
+        self, node: Clique, parent: Clique | None, children: dict[Clique, list[Clique]], wanted: set[int]
+    ) -> tuple[np.ndarray, list[int]]:
+        """Sum-product over the covering subtree below `node`: the table over the wanted
+        attributes found there and the separator with `parent`, summing every other attribute
+        out as early as possible (the top node enters as its belief, the others as their
+        conditional given the separator with their parent). Below the top, a table depends only
+        on the node and the wanted attributes of its subtree: it is computed once per model."""
+        key = (node, frozenset(wanted & self._below[node]))
+        if parent is not None and key in self._messages:
+            return self._messages[key]
+        table = self._beliefs[node] if parent is None else self._conditional(node, parent)
+        operands: list[Any] = [table, list(node)]
+        carried: list[int] = []
+        for child in children[node]:
+            message, attributes = self._collect(child, node, children, wanted)
+            operands += [message, attributes]
+            carried += [a for a in attributes if a not in node and a not in carried]
+        keep = [a for a in node if a in wanted or (parent is not None and a in parent)] + carried
+        result = np.einsum(*operands, keep, optimize=len(operands) > 4), keep
+        if parent is not None:
+            self._messages[key] = result
+        return result
 
     def counts(self, cliques: Sequence[Clique]) -> np.ndarray:
         """Concatenated marginals of `cliques` scaled to the model's total (counts)."""

@@ -1,12 +1,13 @@
 """Mechanisms: each a frozen pytree with init/step/release, built by a validating factory.
 
 `adaptive` composes a selection rule, the measurement and a family into a mechanism; MWEM, PEP,
-PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM and GEM-Pub are its presets.
+PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM and GEM-Pub are its presets. AIM's driver takes a model
+(`AimModel`): Private-PGM's `GraphicalModel` or GEM's `GeneratorModel`.
 """
 
 from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, adaptive
-from jaxdp.mechanisms.aim import AIM, aim
-from jaxdp.mechanisms.aim_gem import AimGem, aim_gem
+from jaxdp.mechanisms.aim import AIM, AimModel, GraphicalModel, aim
+from jaxdp.mechanisms.aim_gem import GeneratorModel, aim_gem
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import Gaussian, GaussianState, gaussian
@@ -22,9 +23,11 @@ __all__ = [
     "Adaptive",
     "AdaptiveInfo",
     "AdaptiveState",
-    "AimGem",
+    "AimModel",
     "Gaussian",
     "GaussianState",
+    "GeneratorModel",
+    "GraphicalModel",
     "Independent",
     "IndependentState",
     "RapPlusPlus",

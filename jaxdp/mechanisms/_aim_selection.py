@@ -1,6 +1,6 @@
-"""AIM's selection rule and privacy filter (McKenna et al., VLDB 2022, Algorithms 2-4), shared by
-every mechanism that selects the AIM way whatever model it fits: `AIM` (a Private-PGM graphical
-model) and `AimGem` (a GEM generator).
+"""AIM's selection rule and privacy filter (McKenna et al., VLDB 2022, Algorithms 2-4): the
+model-independent half of the `AIM` driver, whatever model it fits (a Private-PGM graphical model
+for `jaxdp.aim`, a GEM generator for `jaxdp.aim_gem`).
 
 What is shared, and the same in both:
 - candidates: the downward closure W+ of the workload, weights w_r = sum_s c_s |r ∩ s|;
@@ -15,8 +15,9 @@ What is shared, and the same in both:
 - the privacy filter (Theorem 1): when what is left cannot pay two more rounds, the next round
   spends exactly the rest and is the last.
 
-The host class `AnnealedSelection` holds these as methods; a mechanism mixes it in and supplies
-the model side (`model counts` of every candidate, how it fits measurements, C_t's mask).
+The host class `AnnealedSelection` holds these as methods; the `AIM` driver mixes it in, and its
+pluggable model (`aim.AimModel`) supplies the model side (how it fits the measurements, its
+answers on every candidate, C_t's mask).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxdp import _checks, noise, samplers
 from jaxdp.accounting import (
@@ -94,11 +96,18 @@ def selection_settings(
     max_rounds: int | None,
     alpha: float,
     noise: str,
+    mesh: Mesh | None = None,
 ) -> SelectionSettings:
     """Validate and fix the selection side of an AIM-style mechanism named `name`.
 
     Counts under both relations (n is public under replace-one, so counts and fractions carry the
     same information): the sensitivities are n times the fraction ones there.
+
+    With a `mesh` (one axis "records", `jaxdp.queries.records_mesh()`) the records are split over
+    its devices and counted there, one psum adding the per-device counts: the only pass over the
+    records. The exact counts then sit on this host's first device of the mesh, and everything
+    after (selection, noise, fitting) is the single-device computation: the same release as on
+    one device with the same key.
 
     Raises:
         ValueError: alpha outside (0, 1), max_rounds below the workload's attribute count, or
@@ -124,8 +133,12 @@ def selection_settings(
     n = len(data)
     l1, l2 = marginal_sensitivity(relation, n)
     scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n)
+    answers = private_counts(data, candidates, mesh)
+    if mesh is not None:
+        local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+        answers = answers.map(jax.device_put, local[0])
     return SelectionSettings(
-        answers=private_counts(data, candidates),
+        answers=answers,
         candidates=candidates,
         weights=tuple(float(w) for w in aim_weights(workload, candidates)),
         rounds=max_rounds + 1,
@@ -133,6 +146,22 @@ def selection_settings(
         l1_sensitivity=l1 * scale,
         l2_sensitivity=l2 * scale,
     )
+
+
+# Measurements shorter than this share one padded length (the exact sampler's compile costs
+# seconds; sampling 2^15 entries costs tens of milliseconds).
+SHARED_MEASUREMENT_LENGTH = 2**15
+
+
+def measurement_length(n: int, largest: int) -> int:
+    """The public padded length of an n-entry measurement when the largest measurement a run can
+    make (a candidate marginal, or round 0's 1-way marginals together) has `largest` entries: one
+    length, the power of two holding it (at most `SHARED_MEASUREMENT_LENGTH`), serves every
+    measurement that fits; longer ones take powers of four above it."""
+    length = min(padded_length(largest), SHARED_MEASUREMENT_LENGTH)
+    while length < n:
+        length *= 4
+    return length
 
 
 @jax.jit
@@ -201,18 +230,19 @@ class AnnealedSelection:
     ) -> tuple[np.ndarray, Charge]:
         """Gaussian measurement of the true counts at `index` (host, float64), with its Charge.
 
-        The int32 counts are gathered into a vector padded with integer zeros to a power-of-two
-        length, noise is added to all of it and the padding dropped: one compiled program per
-        length bucket, not per marginal shape. This is sound because the padding is a public
-        constant (zeros whatever the data), so the padded vector has the same L2 sensitivity as
-        the answers and each kept coordinate still receives its own iid noise of scale sigma;
-        the dropped coordinates are discarded unseen (and would be safe to release anyway). The
-        Charge is unchanged.
+        The int32 counts are gathered into a vector padded with integer zeros to a public length
+        (`measurement_length`), noise is added to all of it and the padding dropped: the exact
+        sampler compiles once per length, and most runs use one length. This is sound because
+        the padding is a public constant (zeros whatever the data), so the padded vector has the
+        same L2 sensitivity as the answers and each kept coordinate still receives its own iid
+        noise of scale sigma; the dropped coordinates are discarded unseen (and would be safe to
+        release anyway). The Charge is unchanged.
 
         Privacy:
             Reads the true counts; one Gaussian measurement (`noise.measure_counts`).
         """
-        padded_index = np.zeros(padded_length(len(index)), np.int32)
+        largest = max(max(self.candidates.cells), sum(self.candidates.cells[i] for i in self._one_way()))
+        padded_index = np.zeros(measurement_length(len(index), largest), np.int32)
         padded_index[: len(index)] = index
         answers = self.answers.map(_padded_gather, jnp.asarray(padded_index), jnp.int32(len(index)))
         noisy, charge = noise.measure_counts(

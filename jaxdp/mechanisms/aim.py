@@ -1,22 +1,26 @@
-"""AIM: workload-adaptive selection with Private-PGM estimation (McKenna et al., VLDB 2022).
+"""AIM: workload-adaptive selection with a fitted model (McKenna et al., VLDB 2022).
 
 Round 0 measures every 1-way marginal of the downward closure W+ (Algorithm 3). Each later round
-(Algorithm 2) keeps the candidates of W+ whose junction tree stays under
-`max_model_size * rho_used / rho` megabytes, selects one with the exponential mechanism on
-q_r = w_r (||M_r(D) - M_r(p_hat)||_1 - sqrt(2/pi) sigma_t n_r), measures it with Gaussian noise,
-refits the graphical model (mirror descent, warm-started), and anneals (sigma, epsilon) by
+(Algorithm 2) keeps the candidates C_t of W+ the model allows, selects one with the exponential
+mechanism on q_r = w_r (||M_r(D) - M_r(p_hat)||_1 - sqrt(2/pi) sigma_t n_r), measures it with
+Gaussian noise, refits the model to every measurement so far, and anneals (sigma, epsilon) by
 Algorithm 4. A privacy filter ends the run: when the remaining budget cannot pay two more rounds,
 the next round spends exactly what is left, and the run stops.
+
+One driver (`AIM`), a pluggable model (`AimModel`): `jaxdp.aim` fits Private-PGM's graphical
+model (`GraphicalModel`: mirror descent over a junction tree, warm-started; C_t = the candidates
+whose junction tree stays under `max_model_size * rho_used / rho` megabytes), `jaxdp.aim_gem`
+GEM's generator (`aim_gem.GeneratorModel`; C_t = W+). Selection, measurement, annealing and the
+filter are the model-independent parts (`_aim_selection`).
 
 AIM is data-adaptive in how many rounds it runs and at what noise scales, so it cannot be one
 compiled scan: it runs as a Python loop of `step(state, key)` (`jittable = False`) and its
 realised plan (one charge per primitive actually invoked, each decided from public quantities
-before it was spent) is checked by `jaxdp.loop.run` against the ledger and the budget.
-
-Candidate scoring is fast because the model side is exact and compiles nothing per candidate:
-marginals of the fitted model come from its junction-tree beliefs (`families.pgm.ModelMarginals`,
-host NumPy), and the private side (the true counts of every candidate, computed once) meets them
-in one jitted segment-sum whose shapes never change between rounds.
+before it was spent) is checked by `jaxdp.loop.run` against the ledger and the budget. It
+compiles a few programs per run, none per round: the graphical model's fit is one program whatever
+the measured cliques (`families._junction`), measurements share one padded length, and scoring
+meets the model's marginals (host NumPy: `families.pgm.ModelMarginals`) with the true counts of
+every candidate (computed once) in one jitted segment-sum whose shapes never change.
 
 Uncertainty quantification (Section 5): `error_bounds` gives, for every workload marginal, an
 upper confidence bound on the L1 error of the synthetic data: Theorem 2/3 + Corollary 1 when the
@@ -29,10 +33,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp.accounting import Plan
@@ -49,13 +55,42 @@ from jaxdp.types import Array, Key, Neighboring, Sensitive, pytree_dataclass, st
 logger = logging.getLogger(__name__)
 
 
+class AimModel(Protocol):
+    """The model side of AIM: what it fits to the released measurements, and how it answers.
+
+    Everything here is post-processing of released values: a model never sees the private
+    counts. `GraphicalModel` (Private-PGM, `jaxdp.aim`) and `jaxdp.mechanisms.aim_gem.
+    GeneratorModel` (GEM's generator, `jaxdp.aim_gem`) plug into the one `AIM` driver.
+    """
+
+    def init(self, key: Key) -> Any:
+        """The model before round 0 (`key`: public randomness, e.g. initial parameters)."""
+
+    def fit(self, fitted: Any, measurements: tuple[pgm.Measurement, ...], *, final: bool) -> Any:
+        """The model refitted to every measurement so far, warm-started from `fitted`."""
+
+    def marginals(self, fitted: Any, cliques: Sequence[tuple[int, ...]]) -> np.ndarray:
+        """Concatenated probabilities of `cliques` (ascending attributes, row-major)."""
+
+    def total(self, fitted: Any) -> float:
+        """The record count the model's counts are scaled to."""
+
+    def eligible(self, measurements: tuple[pgm.Measurement, ...], budget_used: float) -> np.ndarray:
+        """(n_candidates,) bool: the candidates C_t this round may select, after a fraction
+        `budget_used` of rho is spent (rho_used / rho of Algorithm 2)."""
+
+    def sample(self, fitted: Any, key: Key, rows: int) -> Array:
+        """(rows, d) int32 synthetic records."""
+
+
 class AIMState(NamedTuple):
-    """measurements: the released noisy marginals; model: the fitted graphical model (None before
-    round 0); sigma, epsilon: the next round's parameters; rho_spent; rounds_done; done: the
-    filter has spent the budget; charges: (primitive code, sensitivity, scale) of every
-    primitive invoked, in order (the realised plan); records: one RoundRecord per selection round;
-    last_round: (len(workload),) the last selection round in which each workload marginal was a
-    candidate (-1: never); last_model_counts: (workload.n_queries,) M_r(p_hat_{t-1}) of that round.
+    """measurements: the released noisy marginals (`pgm.Measurement`, in order); model: the
+    fitted model (its `AimModel`'s own state); sigma, epsilon: the next round's parameters;
+    rho_spent; rounds_done; done: the filter has spent the budget; charges: (primitive code,
+    sensitivity, scale) of every primitive invoked, in order (the realised plan); records: one
+    RoundRecord per selection round; last_round: (len(workload),) the last selection round in
+    which each workload marginal was a candidate (-1: never); last_model_counts:
+    (workload.n_queries,) M_r(p_hat_{t-1}) of that round.
     """
 
     measurements: tuple
@@ -83,8 +118,67 @@ class ErrorBounds(NamedTuple):
 
 
 @pytree_dataclass
+class GraphicalModel:
+    """Private-PGM's model for AIM: a graphical model fitted by mirror descent (warm-started,
+    `iters` iterations a round and `final_iters` in the last, early stop `tol`), C_t = the
+    candidates whose junction tree stays under `max_model_size * rho_used / rho` megabytes.
+
+    Args:
+        candidates: AIM's candidates W+; known_total: n when it is public (replace-one), else
+            None (estimated from the measurements).
+    """
+
+    candidates: MarginalWorkload = static_field()
+    known_total: float | None = static_field()
+    max_model_size: float = static_field()
+    iters: int = static_field()
+    final_iters: int = static_field()
+    tol: float | None = static_field()
+
+    def init(self, key: Key) -> None:
+        return None
+
+    def fit(self, fitted: pgm.Model | None, measurements, *, final: bool) -> pgm.Model:
+        return pgm.estimate(
+            self.candidates.sizes,
+            measurements,
+            total=self.known_total,
+            iters=self.final_iters if final else self.iters,
+            warm_start=fitted,
+            tol=self.tol,
+        )
+
+    def marginals(self, fitted: pgm.Model, cliques) -> np.ndarray:
+        if not cliques:
+            return np.zeros(0)
+        marginals = _marginals_of(fitted)
+        return np.concatenate([marginals.marginal(c) for c in cliques])
+
+    def total(self, fitted: pgm.Model) -> float:
+        return float(fitted.total)
+
+    def eligible(self, measurements, budget_used: float) -> np.ndarray:
+        limit = self.max_model_size * budget_used
+        measured = list({m.clique for m in measurements})
+        mask = np.array(
+            [
+                pgm.model_size_mb(self.candidates.sizes, [*measured, c]) <= limit
+                for c in self.candidates.cliques
+            ]
+        )
+        if not mask.any():  # nothing fits the model yet: the 1-way marginals always do
+            mask[[i for i, c in enumerate(self.candidates.cliques) if len(c) == 1]] = True
+        return mask
+
+    def sample(self, fitted: pgm.Model, key: Key, rows: int) -> Array:
+        return pgm.sample(key, _marginals_of(fitted).sampling_plan(), self.candidates.sizes, rows)
+
+
+@pytree_dataclass
 class AIM(AnnealedSelection):
-    """AIM with Private-PGM (see the module docstring).
+    """AIM: the selection and filter of McKenna et al. with a pluggable model (see the module
+    docstring): `jaxdp.aim` fits a Private-PGM graphical model (`GraphicalModel`),
+    `jaxdp.aim_gem` a GEM generator (`aim_gem.GeneratorModel`).
 
     Privacy:
         Relation: add/remove (n private; counts: a marginal's L2 and L1 sensitivity are 1) as in
@@ -96,11 +190,15 @@ class AIM(AnnealedSelection):
         Delta_t = L1 * max_{r in C_t} w_r at epsilon_t, epsilon_t^2 / 8 zCDP (Cesar & Rogers
         2021), then a Gaussian measurement at sigma_t, L2^2 / (2 sigma_t^2) zCDP. The filter
         (Theorem 1; Feldman & Zrnic 2021, Rogers et al. 2016) keeps the realised sum <= rho.
-        Keys: MEASURE of round 0; SELECT and MEASURE of every later round; UPDATE unused (the
-        estimation is deterministic); RELEASE for sampling records.
+        C_t depends on released values only. Keys: INIT for the model's public randomness (the
+        generator's initial parameters and latent batch; unused by the graphical model); MEASURE
+        of round 0; SELECT and MEASURE of every later round; UPDATE unused (fitting is
+        deterministic); RELEASE for sampling records. The model's fit, answers and samples are
+        post-processing of released values.
     """
 
     answers: Sensitive  # true counts of every candidate marginal, concatenated
+    model: Any  # an AimModel
     workload: MarginalWorkload = static_field()
     candidates: MarginalWorkload = static_field()
     weights: tuple[float, ...] = static_field()
@@ -109,10 +207,6 @@ class AIM(AnnealedSelection):
     plan: Plan = static_field()
     rounds: int = static_field()
     alpha: float = static_field()
-    max_model_size: float = static_field()
-    iters: int = static_field()
-    final_iters: int = static_field()
-    tol: float | None = static_field()
     l1_sensitivity: float = static_field()
     l2_sensitivity: float = static_field()
     noise: str = static_field()
@@ -126,7 +220,7 @@ class AIM(AnnealedSelection):
         sigma0, epsilon0 = self._initial_parameters()
         return AIMState(
             measurements=(),
-            model=None,
+            model=self.model.init(key),
             sigma=sigma0,
             epsilon=epsilon0,
             rho_spent=0.0,
@@ -136,19 +230,6 @@ class AIM(AnnealedSelection):
             records=(),
             last_round=np.full(len(self.workload), -1, np.int32),
             last_model_counts=np.zeros(self.workload.n_queries, np.float32),
-        )
-
-    def _known_total(self) -> float | None:
-        return float(self.n_records) if self.relation is Neighboring.REPLACE_ONE else None
-
-    def _fit(self, measurements, warm_start, iters):
-        return pgm.estimate(
-            self.candidates.sizes,
-            measurements,
-            total=self._known_total(),
-            iters=iters,
-            warm_start=warm_start,
-            tol=self.tol,
         )
 
     def step(self, state: AIMState, key: Key) -> tuple[AIMState, RoundInfo]:
@@ -168,33 +249,31 @@ class AIM(AnnealedSelection):
             pgm.Measurement(self.candidates.cliques[i], noisy[bounds[j] : bounds[j + 1]], sigma)
             for j, i in enumerate(ones)
         )
-        model = self._fit(measurements, None, self.iters)
         new = state._replace(
             measurements=measurements,
-            model=model,
+            model=self.model.fit(state.model, measurements, final=False),
             rho_spent=spent,
             rounds_done=1,
             charges=(charged,),
         )
         return self._anneal_or_finish(new, changed=True), RoundInfo(charges=(self._idle_round()[0], charge))
 
-    def eligible(self, state: AIMState, rho_used: float) -> np.ndarray:
-        """(n_candidates,) bool: candidates whose model stays under the size the budget allows."""
-        limit = self.max_model_size * rho_used / self.plan.rho_budget
-        measured = list({m.clique for m in state.measurements})
-        return np.array(
-            [
-                pgm.model_size_mb(self.candidates.sizes, [*measured, c]) <= limit
-                for c in self.candidates.cliques
-            ]
-        )
+    def counts(self, state: AIMState, cliques) -> np.ndarray:
+        """Concatenated counts of `cliques` under the state's model (its marginals times its
+        total)."""
+        return self.model.total(state.model) * self.model.marginals(state.model, cliques)
 
-    def model_counts(self, model: Any, mask: np.ndarray) -> np.ndarray:
-        """(candidates.n_queries,) counts of every masked candidate under `model` (0 elsewhere)."""
-        marginals = _marginals_of(model)
+    def model_counts(self, state: AIMState, mask: np.ndarray) -> np.ndarray:
+        """(candidates.n_queries,) counts of every masked candidate under the state's model (0
+        elsewhere)."""
+        chosen = np.flatnonzero(mask)
         out = np.zeros(self.candidates.n_queries, np.float32)
-        for i in np.flatnonzero(mask):
-            out[self._span(i)] = marginals.total * marginals.marginal(self.candidates.cliques[i])
+        flat = self.counts(state, [self.candidates.cliques[i] for i in chosen])
+        start = 0
+        for i in chosen:
+            span = self._span(i)
+            out[span] = flat[start : start + span.stop - span.start]
+            start += span.stop - span.start
         return out
 
     def _adaptive_round(self, state: AIMState, key: Key) -> tuple[AIMState, RoundInfo]:
@@ -203,12 +282,10 @@ class AIM(AnnealedSelection):
         rho_used = state.rho_spent + rho_select + rho_measure
 
         started = time.perf_counter()
-        mask = self.eligible(state, rho_used)
-        if not mask.any():  # nothing fits the model yet: the 1-way marginals always do
-            mask[self._one_way()] = True
+        mask = self.model.eligible(state.measurements, rho_used / self.plan.rho_budget)
         filter_s = time.perf_counter() - started
         started = time.perf_counter()
-        model_counts = self.model_counts(state.model, mask)
+        model_counts = self.model_counts(state, mask)
         choice, select_charge, delta_t, scale = self._select(key, model_counts, mask, sigma, rho_select)
         score_s = time.perf_counter() - started
 
@@ -219,10 +296,9 @@ class AIM(AnnealedSelection):
         measurements = (*state.measurements, pgm.Measurement(clique, noisy, sigma_used))
         started = time.perf_counter()
         last = final or t + 1 >= self.rounds
-        model = self._fit(measurements, state.model, self.final_iters if last else self.iters)
+        fitted = self.model.fit(state.model, measurements, final=last)
         fit_s = time.perf_counter() - started
-        after = _marginals_of(model)
-        after_counts = after.total * after.marginal(clique)
+        after = self.model.total(fitted) * self.model.marginals(fitted, [clique])
         # Timings go to the log (bench/bench_aim.py reads them), never into State or Info,
         # which must be identical across runs with the same key.
         timing = {
@@ -261,7 +337,7 @@ class AIM(AnnealedSelection):
         )
         new = state._replace(
             measurements=measurements,
-            model=model,
+            model=fitted,
             sigma=sigma,
             epsilon=epsilon,
             rho_spent=spent,
@@ -273,7 +349,7 @@ class AIM(AnnealedSelection):
             last_model_counts=last_model_counts,
         )
         if not last:
-            new = self._anneal_or_finish(new, changed=self._learned(after_counts, before, sigma))
+            new = self._anneal_or_finish(new, changed=self._learned(after, before, sigma))
         return new, RoundInfo(charges=(select_charge, measure_charge))
 
     @property
@@ -284,16 +360,19 @@ class AIM(AnnealedSelection):
         """n under replace-one (public); under add/remove the model's estimated total."""
         if self.relation is Neighboring.REPLACE_ONE:
             return self.n_records
-        return max(1, round(float(state.model.total)))
+        return max(1, round(self.model.total(state.model)))
+
+    def relaxed_answers(self, state: AIMState) -> Array:
+        """(workload.n_queries,) the fitted model's own answers (fractions), before sampling."""
+        return jnp.asarray(self.model.marginals(state.model, self.workload.cliques))
 
     def release(self, state: AIMState, key: Key, rows: int | None = None) -> Array:
         """Synthetic records, (rows, d) int32 codes, sampled from the final model."""
         require_key(key)
-        if state.model is None:
-            raise ValueError("run the mechanism before releasing (the state holds no model)")
+        if state.rounds_done == 0:
+            raise ValueError("run the mechanism before releasing (the state holds no fitted model)")
         rows = self.default_rows(state) if rows is None else _checks.positive_int(rows, "rows")
-        plan = _marginals_of(state.model).sampling_plan()
-        return pgm.sample(key, plan, self.candidates.sizes, rows)
+        return self.model.sample(state.model, key, rows)
 
     # -- uncertainty quantification ---------------------------------------------------------
 
@@ -321,13 +400,13 @@ class AIM(AnnealedSelection):
         lam = math.sqrt(math.log(1.0 / failure))  # Theorem 3: 1 - exp(-lambda^2)
         lam1 = math.sqrt(2.0 * math.log(2.0 / failure))  # Theorem 4, failure split evenly
         lam2 = math.log(2.0 / failure)
-        final = _marginals_of(state.model)
         if synthetic is None:
-            synth = final.counts(self.workload.cliques)
-            total = final.total
+            synth = self.counts(state, self.workload.cliques)
+            total = self.model.total(state.model)
         else:
             synth = np.asarray(_counts(jnp.asarray(synthetic, jnp.int32), self.workload), np.float64)
             total = float(len(synthetic))
+        index = self._candidate_index
         bounds, supported = [], []
         for j, clique in enumerate(self.workload.cliques):
             span = slice(self.workload.offsets[j], self.workload.offsets[j] + self.workload.cells[j])
@@ -349,7 +428,7 @@ class AIM(AnnealedSelection):
                 supported.append(False)
                 continue
             rec = state.records[t]
-            w_r = self.weights[self._candidate_index[clique]]
+            w_r = self.weights[index[clique]]
             w_sel = self.weights[rec.selected]
             n_sel = self.candidates.cells[rec.selected]
             b_r = (
@@ -414,6 +493,7 @@ def aim(
     final_iters: int = 3000,
     tol: float | None = 1e-2,
     noise: str = "discrete",
+    mesh: Mesh | None = None,
 ) -> AIM:
     """Build AIM for a weighted marginal workload on a categorical dataset.
 
@@ -438,6 +518,9 @@ def aim(
         noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
             exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
             float noise does not meet the stated delta; see `jaxdp.noise`).
+        mesh: split the records over this mesh's devices to count them (one axis "records",
+            `jaxdp.queries.records_mesh()`; one psum); the rest of the run and the release are
+            those of one device with the same key.
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over
@@ -446,28 +529,48 @@ def aim(
     pgm.require_mbi()
     plan = make_plan(epsilon, delta, rho, conversion)
     relation = as_relation(relation)
+    pgm.prefetch()  # the first fit compiles while the records are counted
     settings = selection_settings(
-        data, workload, name="aim", relation=relation, max_rounds=max_rounds, alpha=alpha, noise=noise
+        data,
+        workload,
+        name="aim",
+        relation=relation,
+        max_rounds=max_rounds,
+        alpha=alpha,
+        noise=noise,
+        mesh=mesh,
     )
     _checks.positive_finite(max_model_size, "max_model_size")
-    iters = _checks.positive_int(iters, "iters")
-    final_iters = _checks.positive_int(final_iters, "final_iters")
     if tol is not None:
         tol = _checks.positive_finite(tol, "tol")
+    model = GraphicalModel(
+        candidates=settings.candidates,
+        known_total=float(len(data)) if relation is Neighboring.REPLACE_ONE else None,
+        max_model_size=float(max_model_size),
+        iters=_checks.positive_int(iters, "iters"),
+        final_iters=_checks.positive_int(final_iters, "final_iters"),
+        tol=tol,
+    )
+    return with_model(
+        settings, model, workload=workload, relation=relation, n_records=len(data), plan=plan, noise=noise
+    )
+
+
+def with_model(
+    settings, model: AimModel, *, workload, relation: Neighboring, n_records: int, plan: Plan, noise: str
+) -> AIM:
+    """The AIM driver with `model`, from a factory's validated `selection_settings`."""
     return AIM(
         answers=settings.answers,
+        model=model,
         workload=workload,
         candidates=settings.candidates,
         weights=settings.weights,
         relation=relation,
-        n_records=len(data),
+        n_records=n_records,
         plan=plan,
         rounds=settings.rounds,
         alpha=settings.alpha,
-        max_model_size=float(max_model_size),
-        iters=iters,
-        final_iters=final_iters,
-        tol=tol,
         l1_sensitivity=settings.l1_sensitivity,
         l2_sensitivity=settings.l2_sensitivity,
         noise=noise,

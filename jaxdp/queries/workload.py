@@ -64,14 +64,14 @@ class MarginalWorkload:
     def marginal_shape(self, i: int) -> tuple[int, ...]:
         return tuple(self.sizes[a] for a in self.cliques[i])
 
-    @property
+    @functools.cached_property
     def cells(self) -> tuple[int, ...]:
-        """Number of counting queries of each marginal."""
+        """Number of counting queries of each marginal (computed once: hot loops index it)."""
         return tuple(math.prod(self.marginal_shape(i)) for i in range(len(self)))
 
-    @property
+    @functools.cached_property
     def offsets(self) -> tuple[int, ...]:
-        """Start of each marginal in the flat answer vector."""
+        """Start of each marginal in the flat answer vector (computed once)."""
         return tuple(int(x) for x in np.concatenate([[0], np.cumsum(self.cells)[:-1]]))
 
     @property

@@ -102,12 +102,13 @@ def test_model_marginals_are_exact():
     ]
     model = pgm.estimate(sizes, measurements, total=None, iters=50)
     marginals = pgm.ModelMarginals(model)
-    mbi = pgm.require_mbi()
-    joint = np.asarray(
-        mbi.marginal_oracles.variable_elimination(model.potentials, (0, 1, 2, 3), 1.0).datavector(
-            flatten=False
+    log_joint = np.zeros(sizes)
+    for clique, potential in zip(model.cliques, model.potentials, strict=True):
+        log_joint = log_joint + np.asarray(potential, np.float64).reshape(
+            [sizes[a] if a in clique else 1 for a in range(4)]
         )
-    )
+    joint = np.exp(log_joint - log_joint.max())
+    joint /= joint.sum()
     for clique in [(0,), (1, 2), (0, 3), (0, 1, 3), (0, 2, 3), (0, 1, 2, 3)]:
         drop = tuple(i for i in range(4) if i not in clique)
         np.testing.assert_allclose(marginals.marginal(clique), joint.sum(axis=drop).reshape(-1), atol=1e-6)
@@ -117,25 +118,52 @@ def test_fit_stops_early_once_converged(monkeypatch):
     """With `tol`, refitting a fitted model to its own measurements stops after 3 blocks of 50
     iterations (the first sets the reference loss, then `patience` = 2 stall); without it every
     block of `iters` runs."""
-    mbi = pgm.require_mbi()
+    from jaxdp.families import _junction
+
     sizes = (3, 4, 2)
     rng = np.random.default_rng(1)
     measurements = [pgm.Measurement((i,), rng.random(s) * 100, 2.0) for i, s in enumerate(sizes)]
     measurements.append(pgm.Measurement((0, 1), rng.random(12) * 30, 2.0))
     fitted = pgm.estimate(sizes, measurements, total=None, iters=3000)
     blocks = []
-    multi_step = mbi.estimation.Estimator._multi_step
+    descend = _junction.fit
 
-    def counted(self, *args, **kwargs):
-        blocks.append(1)
-        return multi_step(self, *args, **kwargs)
+    def counted(*args):
+        theta, loss, ran = descend(*args)
+        blocks.append(int(ran))
+        return theta, loss, ran
 
-    monkeypatch.setattr(mbi.estimation.Estimator, "_multi_step", counted)
+    monkeypatch.setattr(_junction, "fit", counted)
     pgm.estimate(sizes, measurements, total=None, iters=1000, warm_start=fitted, tol=1e-2)
-    assert len(blocks) == 3
-    blocks.clear()
     pgm.estimate(sizes, measurements, total=None, iters=1000, warm_start=fitted, tol=None)
-    assert len(blocks) == 20
+    assert blocks == [3, 20]
+
+
+def test_a_run_compiles_nothing_per_round():
+    """After one run has compiled AIM's programs, a run with another key (other selections, so
+    other junction trees) compiles nothing: the fit's shapes do not follow the measured cliques
+    and the measurements share one padded length. The old per-clique-set fit compiled a program
+    for every new set of measured cliques."""
+    from jax import monitoring
+
+    mech = _aim(epsilon=30.0, max_rounds=10)
+    loop.run(mech, jax.random.key(0))
+    compiles = []
+
+    def listen(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(duration)
+
+    monitoring.register_event_duration_secs_listener(listen)
+    try:
+        state = loop.run(mech, jax.random.key(1)).state
+    finally:
+        monitoring.unregister_event_duration_listener(listen)
+    clique_sets = {
+        frozenset(m.clique for m in state.measurements[: i + 1]) for i in range(len(state.measurements))
+    }
+    assert len(clique_sets) >= 5  # the check has power: several distinct models were fitted
+    assert compiles == []
 
 
 def test_synthetic_records_agree_with_the_model_on_unmeasured_marginals():
@@ -342,6 +370,32 @@ def test_exact_noise_by_default_measures_integer_counts(relation, monkeypatch):
         off_integers[noise] = np.abs(noisy - np.round(noisy)).max()
     assert off_integers["discrete"] == 0.0
     assert off_integers["float"] > 0.1
+
+
+def test_a_one_device_records_mesh_releases_what_no_mesh_releases():
+    """The sharded counting path on a one-device mesh (8 devices: tests/multidevice/checks.py)."""
+    from jaxdp.queries import records_mesh
+
+    data = tiny_dataset(n=301)
+    key = jax.random.key(6)
+    runs = []
+    for mesh in (None, records_mesh(jax.devices()[:1])):
+        mech = _aim(data, mesh=mesh)
+        state = loop.run(mech, key).state
+        runs.append(np.asarray(loop.release(mech, state, key)))
+    np.testing.assert_array_equal(*runs)
+
+
+def test_measurements_share_one_padded_length():
+    """Every measurement up to the run's largest (capped) shares one public length, so the exact
+    sampler compiles once; longer ones take powers of four above it."""
+    from jaxdp.mechanisms._aim_selection import SHARED_MEASUREMENT_LENGTH, measurement_length
+
+    assert {measurement_length(n, 20_400) for n in (1, 127, 4096, 20_400)} == {32_768}
+    assert {measurement_length(n, 32) for n in (1, 8, 32)} == {32}
+    cap = SHARED_MEASUREMENT_LENGTH
+    assert measurement_length(cap, 10**6) == cap
+    assert measurement_length(cap + 1, 10**6) == 4 * cap
 
 
 def test_bad_noise_is_refused():

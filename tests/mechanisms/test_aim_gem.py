@@ -103,8 +103,10 @@ def test_generator_improves_on_the_measured_marginals(seed):
     measured = sorted({r.selected for r in result.state.records} | set(mech._one_way()))
     true = np.asarray(marginal_counts(data.codes, mech.candidates), np.float64)
     # the parameters `loop.run` started from
-    start_state = result.state._replace(params=mech.init(stream_key(key, Stream.INIT)).params)
-    before, after = mech.model_counts(start_state), mech.model_counts(result.state)
+    untrained = result.state.model._replace(params=mech.init(stream_key(key, Stream.INIT)).model.params)
+    start_state = result.state._replace(model=untrained)
+    everything = np.ones(len(mech.candidates), bool)
+    before, after = mech.model_counts(start_state, everything), mech.model_counts(result.state, everything)
     for i in measured:
         span = mech._span(i)
         assert np.abs(after[span] - true[span]).sum() < 0.5 * np.abs(before[span] - true[span]).sum(), (
@@ -128,8 +130,9 @@ def test_add_remove_estimates_the_record_count_privately():
     data = tiny_dataset()
     mech = _aim_gem(data, epsilon=20.0)
     state = loop.run(mech, jax.random.key(4)).state
-    assert state.total != len(data) and abs(state.total - len(data)) < 0.05 * len(data)
-    assert mech.default_rows(state) == round(state.total)
+    total = state.model.total
+    assert total != len(data) and abs(total - len(data)) < 0.05 * len(data)
+    assert mech.default_rows(state) == round(total)
 
 
 def test_synthesize_and_report():
