@@ -16,7 +16,7 @@ import numpy as np
 
 from jaxdp import _checks, binning, loop
 from jaxdp.accounting import Plan, epsilon_from_rho
-from jaxdp.audit import LedgerEntry, rho_spent
+from jaxdp.ledger import LedgerEntry, rho_spent
 from jaxdp.coding import TableCoding
 from jaxdp.domain import Dataset
 from jaxdp.keys import preprocess_key, require_key
