@@ -23,6 +23,25 @@ SHARED_DATA = Path(
 )
 
 
+# The quick tier (`python -m pytest`) leaves out the tests listed in full_tier.txt; they carry the
+# `full` marker and run with the slow tests (`python -m pytest -m "full or slow"`).
+FULL_TIER = Path(__file__).with_name("full_tier.txt")
+
+
+def full_tier_entries() -> list[str]:
+    """The node-id prefixes of full_tier.txt (a file, file::function or file::Class::function)."""
+    lines = (line.split("#", 1)[0].strip() for line in FULL_TIER.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config, items):
+    entries = full_tier_entries()
+    for item in items:
+        if any(item.nodeid == e or item.nodeid.startswith((e + "::", e + "[")) for e in entries):
+            item.add_marker(pytest.mark.full)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
     """Drop every compiled program after each test module. XLA's CPU backend maps memory for

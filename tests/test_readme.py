@@ -14,9 +14,13 @@ def test_python_example_runs(capsys):
     assert "<=" in out and "mean_l1" in out
 
 
-def test_readme_names_the_test_command_ci_runs():
-    ci = (README.parent / ".ci" / "run").read_text()
-    assert "python -m pytest" in README.read_text() and "python -m pytest" in ci
+def test_readme_names_the_test_commands_ci_runs():
+    """Both tiers, in README's shell blocks and as lines of .ci/run."""
+    ci = (README.parent / ".ci" / "run").read_text().splitlines()
+    shell = "\n".join(re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S))
+    for command in ("python -m pytest", 'python -m pytest -m "full or slow"'):
+        assert command in ci
+        assert re.search(re.escape(command) + r"$", shell, flags=re.M), command
 
 
 def _section_code(title: str) -> str:
