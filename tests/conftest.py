@@ -24,7 +24,7 @@ SHARED_DATA = Path(
 
 
 # The quick tier (`python -m pytest`) leaves out the tests listed in full_tier.txt; they carry the
-# `full` marker and run with the slow tests (`python -m pytest -m "full or slow"`).
+# `full` marker and run with `python -m pytest -m full`.
 FULL_TIER = Path(__file__).with_name("full_tier.txt")
 
 

@@ -32,6 +32,7 @@ from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp.domain import Dataset
+from jaxdp.families.fit import fit
 from jaxdp.families.generator import Generator
 from jaxdp.mechanisms._aim_selection import selection_settings
 from jaxdp.mechanisms._common import as_relation, make_plan
@@ -59,20 +60,13 @@ def _adam_fit(
     family: Generator, params, latent: Array, targets: Array, weights: Array, rate: Array, steps: int
 ):
     """`steps` Adam steps (fresh moments, warm-started parameters) on
-    sum_cells weights (G(z) answers - targets)^2, with targets in fractions."""
-    import optax  # deferred: only fitting needs it, and `import jaxdp` stays light
-
-    optimizer = optax.adam(rate)
+    sum_cells weights (G(z) answers - targets)^2, with targets in fractions: the shared fit loop
+    (`jaxdp.families.fit`) with a fixed loss and no early stop."""
 
     def loss(p):
         return jnp.sum(weights * (family.answers(p, latent) - targets) ** 2)
 
-    def body(_, carry):
-        p, s = carry
-        updates, s = optimizer.update(jax.grad(loss)(p), s, p)
-        return optax.apply_updates(p, updates), s
-
-    params, _ = jax.lax.fori_loop(0, steps, body, (params, optimizer.init(params)))
+    params, _ = fit(lambda p: (loss, True), params, max_steps=steps, learning_rate=rate)
     return params
 
 
