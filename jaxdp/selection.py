@@ -60,6 +60,8 @@ QUERIES = "queries"
 
 
 GRID_MAX_RECORDS = 2**24 - 1
+# steps per count of a score of sensitivity one count (1/n in fractions): GRID_STEPS
+GRID_STEPS_PER_COUNT = noise_module.GRID_STEPS
 
 
 def score_sensitivity(relation: Neighboring, n_records: int) -> float:
