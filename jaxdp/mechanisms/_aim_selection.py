@@ -214,9 +214,26 @@ def grid_quality_scores(
     sigma: float,
     l1_sensitivity: float,
 ) -> np.ndarray:
-    """(n_candidates,) int32 AIM quality scores in grid steps of Delta_t / GRID_STEPS, computed
-    exactly in int64 from the true counts, relative to the best eligible one (so <= 0; masked
-    candidates get -2^30).
+    """(n_candidates,) int32 `grid_quality_steps` relative to the best eligible one: max(Q_r,
+    best - 2^30) - best, in [-2^30, 0] (masked candidates get -2^30), what the sampler takes."""
+    mask = np.asarray(mask, bool)
+    quality = grid_quality_steps(true_counts, model_counts, candidates, weights, mask, sigma, l1_sensitivity)
+    best = quality[mask].max()
+    relative = np.maximum(quality, best - noise.GRID_LIMIT) - best
+    return np.where(mask, relative, -noise.GRID_LIMIT).astype(np.int32)
+
+
+def grid_quality_steps(
+    true_counts: np.ndarray,
+    model_counts: np.ndarray,
+    candidates: MarginalWorkload,
+    weights: np.ndarray,
+    mask: np.ndarray,
+    sigma: float,
+    l1_sensitivity: float,
+) -> np.ndarray:
+    """(n_candidates,) int64 AIM quality scores Q_r in grid steps of Delta_t / GRID_STEPS,
+    computed exactly from the true counts (0 for masked candidates).
 
     With K = COUNT_STEPS, L = l1_sensitivity (a marginal's L1 sensitivity in counts: 2 under
     replace-one, 1 under add-remove), W_r = floor(2^16 w_r / w_max) over the eligible candidates
@@ -232,7 +249,8 @@ def grid_quality_scores(
     and the floor of a quotient by D by at most GRID_STEPS (floor(x) - floor(y) < x - y + 1 with
     x - y <= GRID_STEPS). The best eligible Q moves by at most GRID_STEPS too, so max(Q_r,
     best - 2^30) does (a max of two such functions), and subtracting the best from every
-    candidate leaves the exponential mechanism's law unchanged. Every product stays below 2^62.
+    candidate leaves the exponential mechanism's law unchanged (`grid_quality_scores`). Every
+    product stays below 2^58.
 
     Args:
         true_counts: (candidates.n_queries,) the true integer counts (private).
@@ -258,10 +276,7 @@ def grid_quality_scores(
     w_max = float(weights[mask].max())
     scaled = np.where(mask, np.floor(weights * 2.0**WEIGHT_BITS / w_max), 0.0).astype(np.int64)
     divisor = 2**WEIGHT_BITS * COUNT_STEPS * ell // steps
-    quality = (scaled * (l1 - penalty.astype(np.int64))) // divisor  # floor division, |.| < 2^57
-    best = quality[mask].max()
-    relative = np.maximum(quality, best - noise.GRID_LIMIT) - best
-    return np.where(mask, relative, -noise.GRID_LIMIT).astype(np.int32)
+    return (scaled * (l1 - penalty.astype(np.int64))) // divisor  # floor division, |.| < 2^57
 
 
 class AnnealedSelection:
