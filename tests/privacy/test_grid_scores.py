@@ -28,6 +28,8 @@ import pytest
 
 from jaxdp import noise, selection
 from jaxdp.mechanisms import _aim_selection, rap_plus
+from jaxdp.mechanisms.dualquery import MAX_EXACT_ROUNDS
+from jaxdp.mechanisms.dualquery import grid_scores as dualquery_grid_scores
 from jaxdp.mechanisms.fem import _signed_steps
 from jaxdp.queries import aim_weights, all_kway, downward_closure
 from jaxdp.selection import GRID_MAX_RECORDS, L1Error, MaxError, QueryError, Rule
@@ -201,6 +203,39 @@ def test_the_float32_path_exceeded_its_allowance_at_large_n():
         new_moves.append(int(np.abs(a - b).max()))
     assert max(moves) > STEPS + 2, moves
     assert max(new_moves) <= STEPS
+
+
+@pytest.mark.parametrize("n", NS)
+@pytest.mark.parametrize("last", [1, 37, MAX_EXACT_ROUNDS - 1])
+def test_dualquery_scores_are_exact_and_move_by_at_most_grid_steps(last, n):
+    """DualQuery's floor(+-64 n u / t_b), u = t c / n - S: equal to Python integers (16-bit-digit
+    uint32 arithmetic, no overflow up to n = 2^24 - 1 and t_b = 2^15 - 1), moving by at most
+    GRID_STEPS when one count moves by 1, and by exactly GRID_STEPS when t = t_b."""
+    rng = np.random.default_rng([n, last])
+    worst = 0
+    for trial in range(10):
+        t = last if trial == 0 else int(rng.integers(0, last + 1))
+        counts = rng.integers(0, n + 1, 64)
+        counts[:2] = (0, n)
+        sums = rng.integers(0, t + 1, 64).astype(np.float32)
+        sums[2:4] = (0, t)
+        other = np.clip(counts + rng.choice([-1, 1], 64), 0, n)
+        got = [
+            np.asarray(
+                dualquery_grid_scores(jnp.asarray(c, jnp.int32), jnp.int32(t), jnp.asarray(sums), n, last)
+            )
+            for c in (counts, other)
+        ]
+        for c, g in zip((counts, other), got, strict=True):
+            ref = [(64 * (t * int(ci) - n * int(si))) // last for ci, si in zip(c, sums, strict=True)]
+            ref += [(64 * (n * int(si) - t * int(ci))) // last for ci, si in zip(c, sums, strict=True)]
+            assert g.tolist() == ref
+        move = int(np.abs(got[0].astype(np.int64) - got[1]).max())
+        assert move <= STEPS
+        if t == last:
+            assert move == STEPS
+        worst = max(worst, move)
+    assert worst == STEPS
 
 
 # --- AIM ---------------------------------------------------------------------------------------------
