@@ -256,12 +256,19 @@ def grid_quality_steps(
         true_counts: (candidates.n_queries,) the true integer counts (private).
         model_counts: (candidates.n_queries,) the model's counts (public).
         weights: (n_candidates,) w_r; mask: (n_candidates,) bool C_t; sigma: the round's noise.
-        l1_sensitivity: L, a whole number of counts.
+        l1_sensitivity: L, the declared L1 sensitivity of a marginal in counts (a multiple of
+            2^-16; the bound above holds if the true one is at most L).
     """
     steps = noise.GRID_STEPS
-    ell = round(l1_sensitivity)
-    if ell < 1 or abs(ell - l1_sensitivity) > 1e-9 * ell:
-        raise ValueError(f"exact AIM scores need a whole-count L1 sensitivity, got {l1_sensitivity!r}")
+    # D = 2^16 K L / GRID_STEPS must be a whole number: L a multiple of 2^-16 counts (in practice
+    # 2 or 1; (2 / n) * n may miss 2 by an ulp, hence the rounding)
+    scaled_ell = 2**WEIGHT_BITS * COUNT_STEPS * float(l1_sensitivity) / steps
+    divisor = round(scaled_ell)
+    if divisor < 1 or abs(divisor - scaled_ell) > 1e-9 * divisor:
+        raise ValueError(
+            "exact AIM scores need an L1 sensitivity that is a multiple of 2^-16 counts, "
+            f"got {l1_sensitivity!r}"
+        )
     segments = candidates.marginal_of_query()
     cells = np.asarray(candidates.cells, np.int64)
     mu = np.clip(np.asarray(model_counts, np.float64), 0.0, _MODEL_TOTAL_LIMIT)
@@ -275,7 +282,6 @@ def grid_quality_steps(
     weights = np.asarray(weights, np.float64)
     w_max = float(weights[mask].max())
     scaled = np.where(mask, np.floor(weights * 2.0**WEIGHT_BITS / w_max), 0.0).astype(np.int64)
-    divisor = 2**WEIGHT_BITS * COUNT_STEPS * ell // steps
     return (scaled * (l1 - penalty.astype(np.int64))) // divisor  # floor division, |.| < 2^57
 
 
