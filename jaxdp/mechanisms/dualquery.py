@@ -323,7 +323,8 @@ def dualquery(
             but not exact (`jaxdp.noise`).
 
     Raises:
-        ValueError: rounds < 2, bad sizes or options.
+        ValueError: rounds < 2 (or above `MAX_EXACT_ROUNDS` = 2^15 with noise="discrete", the
+            range of the exact integer scores), bad sizes or options.
         BudgetExceededError: a given learning rate that the budget cannot pay for.
 
     Privacy:
