@@ -415,3 +415,13 @@ def test_rule_selection_is_deterministic_under_a_fixed_key():
             for _ in range(2)
         ]
         np.testing.assert_array_equal(*picks)
+
+
+def test_dualquery_refuses_rounds_beyond_the_exact_range():
+    from jaxdp.mechanisms.dualquery import dualquery
+
+    from ..mechanisms.conftest import tiny_dataset
+
+    data = tiny_dataset(n=50)
+    with pytest.raises(ValueError, match="rounds must be <= 32768"):
+        dualquery(data, all_kway(data.domain.sizes, 1), rounds=MAX_EXACT_ROUNDS + 1, rho=0.1)
