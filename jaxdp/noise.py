@@ -8,8 +8,11 @@ here.
 
 Two kinds of primitive (the `noise=` option of every mechanism, `NOISES`):
 - "discrete" (the default): integer counts plus exact discrete Gaussian or discrete Laplace
-  noise, and selection by an exponential mechanism on scores quantised to a public grid, all
-  sampled exactly with integer arithmetic (`jaxdp.samplers`, Canonne, Kamath & Steinke 2020).
+  noise, and selection by an exponential mechanism on scores on a public grid, all sampled
+  exactly with integer arithmetic (`jaxdp.samplers`, Canonne, Kamath & Steinke 2020). Scores
+  computed exactly as int32 grid steps go to `grid_exponential` / `grid_top_k` (`select_grid`,
+  `select_top_k_grid`); float scores to `discrete_exponential` / `discrete_top_k`, which
+  quantise them with a stated allowance.
 - "float": float32 Gaussian/Laplace noise and Gumbel-max selection. Faster, but floating-point
   noise does not meet the delta it states (Mironov 2012; docs/privacy.md measures by how much):
   kept for speed experiments only.
@@ -39,15 +42,25 @@ PRIMITIVES = (
 )
 NOISES = ("discrete", "float")
 
-# Selection quantises scores to a grid of sensitivity / GRID_STEPS. Flooring adds at most one
-# step to the quantised scores' sensitivity, and float32 evaluation of score * GRID_STEPS /
-# sensitivity at most one more (half a step each way) because the scaled scores are clipped to
-# +-2^23 steps, where float32 resolves half-steps: the exact sampler uses GRID_STEPS + 2 steps.
-# The clip saturates scores beyond 2^17 sensitivities from zero; clipping never increases
-# sensitivity.
+# Selection works on a grid of sensitivity / GRID_STEPS. Two ways in:
+# - `grid_exponential` / `grid_top_k` take int32 scores already in grid steps whose sensitivity
+#   the caller has proven to be at most GRID_STEPS steps (computed exactly, in integers): no
+#   allowance, the rate per step is epsilon / (2 GRID_STEPS).
+# - `discrete_exponential` / `discrete_top_k` take float scores and quantise them. Flooring adds
+#   at most one step to the quantised scores' sensitivity, and float32 evaluation of score *
+#   GRID_STEPS / sensitivity at most one more (half a step each way) because the scaled scores
+#   are clipped to +-2^23 steps, where float32 resolves half-steps: the exact sampler uses
+#   GRID_STEPS + 2 steps. The clip saturates scores beyond 2^17 sensitivities from zero; clipping
+#   never increases sensitivity. This allowance covers the quantisation only: it holds when the
+#   float scores *as computed* move by at most `sensitivity` between neighbours, which float32
+#   arithmetic on counts does not guarantee in general (docs/privacy.md, Known limitations).
 GRID_STEPS = 64
 _QUANTISED_SENSITIVITY = GRID_STEPS + 2
 _SCORE_LIMIT = 2**23
+# Grid scores are clipped to +-2^30 steps and floored at best - 2^30: both maps are 1-Lipschitz
+# (a max of two functions that each move by at most GRID_STEPS, the best eligible score being
+# one), so the sensitivity stays GRID_STEPS steps and gaps fit in [0, 2^30].
+GRID_LIMIT = 2**30
 
 
 def _static_positive(value: object, name: str) -> float:
@@ -244,14 +257,15 @@ def discrete_laplace(
     return noisy, _charge("discrete_laplace", sensitivity, scale)
 
 
-def _selection_rate(scale: float, sensitivity: float) -> tuple[int, int]:
+def _selection_rate(scale: float, sensitivity: float, steps: int = _QUANTISED_SENSITIVITY) -> tuple[int, int]:
     """The exponent per grid step as a rational rate_numerator / rate_denominator, rounded down.
 
     The ideal mechanism samples with probability ~ exp(score / scale), epsilon = 2 sensitivity /
-    scale. On quantised scores of sensitivity _QUANTISED_SENSITIVITY steps, the same epsilon
-    allows epsilon / (2 _QUANTISED_SENSITIVITY) per step: sensitivity / (scale * (GRID_STEPS + 2)).
+    scale. On grid scores of sensitivity `steps` steps (GRID_STEPS for exact integer scores,
+    _QUANTISED_SENSITIVITY for quantised float scores), the same epsilon allows epsilon /
+    (2 steps) per step: sensitivity / (scale * steps).
     """
-    rate = sensitivity / (scale * _QUANTISED_SENSITIVITY)
+    rate = sensitivity / (scale * steps)
     denominator = 2**12
     while rate * denominator < 2**12 and denominator < 2**31:
         denominator *= 2
@@ -270,6 +284,26 @@ def _quantised_gaps(scores: Array, sensitivity: float, mask: Array | None) -> tu
     eligible = jnp.ones(quantised.shape, bool) if mask is None else jnp.asarray(mask, bool)
     best = jnp.max(jnp.where(eligible, quantised, -_SCORE_LIMIT))
     return jnp.where(eligible, best - quantised, 0).astype(jnp.uint32), eligible
+
+
+def _grid_gaps(steps: Array, mask: Array | None) -> tuple[Array, Array]:
+    """(gaps below the best eligible grid score, eligible) for int32 scores in grid steps."""
+    clipped = jnp.clip(steps, -GRID_LIMIT, GRID_LIMIT)
+    eligible = jnp.ones(clipped.shape, bool) if mask is None else jnp.asarray(mask, bool)
+    best = jnp.max(jnp.where(eligible, clipped, -GRID_LIMIT))
+    floored = jnp.maximum(clipped, best - GRID_LIMIT)
+    return jnp.where(eligible, best - floored, 0).astype(jnp.uint32), eligible
+
+
+def _grid_steps(steps: Sensitive, name: str) -> Array:
+    x = jnp.asarray(_reveal(steps, name))
+    if x.dtype != jnp.int32:
+        raise TypeError(
+            f"{name} must be int32 scores in grid steps (got dtype {x.dtype}): only integer scores "
+            "computed exactly are taken as on the grid; float scores go through "
+            "discrete_exponential / discrete_top_k, which quantise them with an allowance"
+        )
+    return x
 
 
 def discrete_exponential(
@@ -292,12 +326,16 @@ def discrete_exponential(
         (int32 index of the selected candidate, Charge).
 
     Privacy:
-        The quantised scores have sensitivity GRID_STEPS + 2 steps (flooring adds one, float32
-        evaluation of the scaling at most one more, the scaled scores being clipped to +-2^23
-        steps, i.e. scores saturate beyond 2^17 sensitivities from zero); the rate
-        per step is rounded down from epsilon / (2 (GRID_STEPS + 2)), so the sampled law is
-        exactly an epsilon'-exponential mechanism with epsilon' <= epsilon = 2 sensitivity /
-        scale: epsilon-DP and epsilon^2 / 8 zCDP (bounded range, Cesar & Rogers 2021).
+        If the float scores as passed move by at most `sensitivity` between neighbouring
+        datasets, the quantised scores have sensitivity GRID_STEPS + 2 steps (flooring adds one,
+        float32 evaluation of the scaling at most one more, the scaled scores being clipped to
+        +-2^23 steps, i.e. scores saturate beyond 2^17 sensitivities from zero); the rate per
+        step is rounded down from epsilon / (2 (GRID_STEPS + 2)), so the sampled law is exactly
+        an epsilon'-exponential mechanism with epsilon' <= epsilon = 2 sensitivity / scale:
+        epsilon-DP and epsilon^2 / 8 zCDP (bounded range, Cesar & Rogers 2021). The allowance
+        does not cover rounding in the caller's own computation of the scores: scores computed
+        in float32 from counts can move by more than `sensitivity`. Callers that can compute
+        their scores exactly in integers use `grid_exponential` instead (no allowance).
     """
     key = require_key(key)
     scale = _static_positive(scale, "scale")
@@ -332,18 +370,102 @@ def discrete_top_k(
     x = _reveal(scores, "scores")
     if not isinstance(k, int) or not 1 <= k <= x.shape[-1]:
         raise ValueError(f"k must be an integer in [1, {x.shape[-1]}] (the candidates), got {k!r}")
-    numerator, denominator = _selection_rate(scale, sensitivity)
-    eligible = jnp.ones(x.shape, bool) if mask is None else jnp.asarray(mask, bool)
+    rate = _selection_rate(scale, sensitivity)
+    chosen = _sequential_picks(key, lambda ok: _quantised_gaps(x, sensitivity, ok), k, rate, x.shape, mask)
+    return chosen, _charge("discrete_top_k", sensitivity, scale, k)
 
+
+def _sequential_picks(key: Key, gaps_of, k: int, rate: tuple[int, int], shape, mask: Array | None) -> Array:
+    """k exact selections in sequence, each masking out those chosen before; `gaps_of(eligible)`
+    gives (gaps, eligible) of the remaining candidates."""
+    numerator, denominator = rate
+    eligible = jnp.ones(shape, bool) if mask is None else jnp.asarray(mask, bool)
     base = jax.random.split(key, 1)[0]  # uses `key` once; pick i consumes fold_in(base, i)
 
     def pick(eligible, i):
-        gaps, ok = _quantised_gaps(x, sensitivity, eligible)
+        gaps, ok = gaps_of(eligible)
         choice = samplers.exponential_choice(jax.random.fold_in(base, i), gaps, ok, numerator, denominator)
         return eligible.at[choice].set(False), choice
 
     _, chosen = jax.lax.scan(pick, eligible, jnp.arange(k))
-    return chosen.astype(jnp.int32), _charge("discrete_top_k", sensitivity, scale, k)
+    return chosen.astype(jnp.int32)
+
+
+def _check_k(k: object, n_candidates: int) -> int:
+    if not isinstance(k, int) or not 1 <= k <= n_candidates:
+        raise ValueError(f"k must be an integer in [1, {n_candidates}] (the candidates), got {k!r}")
+    return k
+
+
+def grid_exponential(
+    key: Key, steps: Sensitive, *, scale: float, sensitivity: float, mask: Array | None = None
+) -> tuple[Array, Charge]:
+    """Exponential mechanism sampled exactly on int32 scores already in grid steps.
+
+    The caller computed each candidate's score exactly as an integer number of steps of
+    g = sensitivity / GRID_STEPS and guarantees it moves by at most GRID_STEPS between
+    neighbouring datasets (e.g. `jaxdp.selection`'s integer cell errors). Candidate i is drawn
+    with probability exactly proportional to exp(rate * steps_i), rate = epsilon / (2 GRID_STEPS)
+    rounded down, by integer rejection sampling (`samplers.exponential_choice`). Only an int32
+    array is accepted: float scores are never taken as on the grid (use `discrete_exponential`).
+
+    Args:
+        key: typed key (use a SELECT stream key).
+        steps: (n_candidates,) private int32 scores in grid steps (higher is better).
+        scale: 2 * sensitivity / epsilon, fixed by the plan (`accounting.gumbel_scale`).
+        sensitivity: the score's sensitivity in score units (GRID_STEPS steps).
+        mask: optional (n_candidates,) bool of eligible candidates (public); at least one True.
+
+    Returns:
+        (int32 index of the selected candidate, Charge): the same primitive and charge as
+        `discrete_exponential`.
+
+    Raises:
+        TypeError: `steps` not an int32 array wrapped in `Sensitive`.
+
+    Privacy:
+        Scores are clipped to +-2^30 steps and floored at (best eligible - 2^30): each map is
+        1-Lipschitz in the scores, so the clipped scores still move by at most GRID_STEPS. With
+        rate <= epsilon / (2 GRID_STEPS) the sampled law is exactly an epsilon'-exponential
+        mechanism with epsilon' <= epsilon = 2 sensitivity / scale: epsilon-DP and
+        epsilon^2 / 8 zCDP (bounded range, Cesar & Rogers 2021). Exact only if the caller's
+        GRID_STEPS bound is.
+    """
+    key = require_key(key)
+    scale = _static_positive(scale, "scale")
+    sensitivity = _static_positive(sensitivity, "sensitivity")
+    numerator, denominator = _selection_rate(scale, sensitivity, GRID_STEPS)
+    gaps, eligible = _grid_gaps(_grid_steps(steps, "steps"), mask)
+    choice = samplers.exponential_choice(key, gaps, eligible, numerator, denominator)
+    return choice, _charge("discrete_exponential", sensitivity, scale)
+
+
+def grid_top_k(
+    key: Key,
+    steps: Sensitive,
+    *,
+    k: int,
+    scale: float,
+    sensitivity: float,
+    mask: Array | None = None,
+) -> tuple[Array, Charge]:
+    """k `grid_exponential` selections without replacement, in sequence (int32 grid scores).
+
+    Returns:
+        ((k,) int32 indices in the order chosen; Charge with count k, as `discrete_top_k`).
+
+    Privacy:
+        k selections at epsilon = 2 sensitivity / scale each: k epsilon^2 / 8 zCDP, provided the
+        scores move by at most GRID_STEPS steps (see `grid_exponential`).
+    """
+    key = require_key(key)
+    scale = _static_positive(scale, "scale")
+    sensitivity = _static_positive(sensitivity, "sensitivity")
+    x = _grid_steps(steps, "steps")
+    k = _check_k(k, x.shape[-1])
+    rate = _selection_rate(scale, sensitivity, GRID_STEPS)
+    chosen = _sequential_picks(key, lambda ok: _grid_gaps(x, ok), k, rate, x.shape, mask)
+    return chosen, _charge("discrete_top_k", sensitivity, scale, k)
 
 
 # --- dispatch on the noise option ----------------------------------------------------------------
@@ -390,6 +512,44 @@ def select_top_k(
     if noise == "discrete":
         return discrete_top_k(key, scores, k=k, scale=scale, sensitivity=sensitivity, mask=mask)
     _check_noise(noise)
+    return gumbel_top_k(key, scores, k=k, scale=scale, sensitivity=sensitivity, mask=mask)
+
+
+def _steps_as_scores(steps: Sensitive, sensitivity: float) -> Sensitive:
+    """Grid scores back in score units, for the float (Gumbel-max) option."""
+    return steps.map(
+        lambda x: _grid_steps(Sensitive(x), "steps").astype(jnp.float32) * (sensitivity / GRID_STEPS)
+    )
+
+
+def select_grid(
+    key: Key, steps: Sensitive, *, scale: float, sensitivity: float, noise: str, mask: Array | None = None
+) -> tuple[Array, Charge]:
+    """One selection on int32 grid scores: `grid_exponential` or (float) `exponential` on
+    steps * sensitivity / GRID_STEPS."""
+    if noise == "discrete":
+        return grid_exponential(key, steps, scale=scale, sensitivity=sensitivity, mask=mask)
+    _check_noise(noise)
+    scores = _steps_as_scores(steps, sensitivity)
+    return exponential(key, scores, scale=scale, sensitivity=sensitivity, mask=mask)
+
+
+def select_top_k_grid(
+    key: Key,
+    steps: Sensitive,
+    *,
+    k: int,
+    scale: float,
+    sensitivity: float,
+    noise: str,
+    mask: Array | None = None,
+) -> tuple[Array, Charge]:
+    """k selections without replacement on int32 grid scores: `grid_top_k` or (float)
+    `gumbel_top_k` on steps * sensitivity / GRID_STEPS."""
+    if noise == "discrete":
+        return grid_top_k(key, steps, k=k, scale=scale, sensitivity=sensitivity, mask=mask)
+    _check_noise(noise)
+    scores = _steps_as_scores(steps, sensitivity)
     return gumbel_top_k(key, scores, k=k, scale=scale, sensitivity=sensitivity, mask=mask)
 
 

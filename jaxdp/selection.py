@@ -20,6 +20,27 @@ new rule subclasses `Rule` (decorated with `jaxdp.types.pytree_dataclass`) with 
 The true answers are fractions, counts / n with n public (replace-one): a replaced record moves
 each fraction by at most 1/n, so each cell error, their maximum, and a query's error move by at
 most 1/n, and a marginal's L1 error by at most 2/n (one cell loses the record, one gains it).
+
+Exact scores (noise="discrete"). The built-in rules compute their scores exactly, in int32 grid
+steps, and select with `noise.select_grid` / `noise.select_top_k_grid` (no allowance): with
+s = GRID_STEPS / unit_sensitivity steps per count (64 for `MaxError` and `QueryError`, 32 for
+`L1Error`), a true count c is s c steps (exact; private), the current answer a fraction p is
+m = round(s n clip(p, 0, 1)) steps (public: its rounding costs no privacy), and a cell's error is
+|s c - m|, maxed or summed per marginal in int32. A replaced record moves c by +-1 in at most two
+cells of a marginal (one in a single query), so a cell error moves by at most s, a maximum or a
+query's error by at most s <= GRID_STEPS, and a marginal's L1 error by at most 2 s = GRID_STEPS:
+exactly GRID_STEPS steps of the declared sensitivity unit_sensitivity / n. (Under add-remove the
+same integer argument holds with the answers in counts: one cell moves by 1.) Range: n <=
+`GRID_MAX_RECORDS` (2^24 - 1, the factories' limit `mechanisms._common.MAX_RECORDS` less one),
+where s c, m and every sum stay below 2^31 (`L1Error` rescales a marginal's public answers when
+they sum above 2, which a distribution's never do); `calibrate` refuses larger n.
+
+A rule of your own defines `scores` (float fractions) and, to be exact, `grid_scores` (int32
+steps, sensitivity at most GRID_STEPS steps, e.g. from `answers_in_steps` and the integer
+helpers here). A rule whose `scores` is defined in a subclass of the class that defines
+`grid_scores` (or that has no `grid_scores`) selects on its float scores with
+`noise.select` / `noise.select_top_k` and their stated quantisation allowance, which assumes the
+float scores as computed move by at most the declared sensitivity (docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -38,9 +59,86 @@ MARGINALS = "marginals"
 QUERIES = "queries"
 
 
+GRID_MAX_RECORDS = 2**24 - 1
+# steps per count of a score of sensitivity one count (1/n in fractions): GRID_STEPS
+GRID_STEPS_PER_COUNT = noise_module.GRID_STEPS
+
+
 def score_sensitivity(relation: Neighboring, n_records: int) -> float:
     """Sensitivity of a cell's (or a marginal's max-cell) absolute error."""
     return 1.0 if relation is Neighboring.ADD_REMOVE else 1.0 / n_records
+
+
+def steps_per_count(unit_sensitivity: float) -> int:
+    """s = GRID_STEPS / unit_sensitivity, the grid steps per count of a score whose sensitivity is
+    unit_sensitivity counts; it must be a whole number for the scores to be exact integers.
+
+    Raises:
+        ValueError: GRID_STEPS / unit_sensitivity is not a positive integer.
+    """
+    ratio = noise_module.GRID_STEPS / float(unit_sensitivity)
+    if not (ratio >= 1 and ratio == int(ratio)):
+        raise ValueError(
+            f"GRID_STEPS / unit_sensitivity = {noise_module.GRID_STEPS} / {unit_sensitivity!r} is not a "
+            "whole number: the score cannot be computed exactly on the grid"
+        )
+    return int(ratio)
+
+
+def check_grid_records(n_records: int) -> int:
+    """n_records, if the exact integer scores fit int32 for it (n <= GRID_MAX_RECORDS).
+
+    Raises:
+        ValueError: n_records > GRID_MAX_RECORDS.
+    """
+    if not 1 <= n_records <= GRID_MAX_RECORDS:
+        raise ValueError(
+            f"exact selection scores need 1 <= n <= {GRID_MAX_RECORDS:,} records (int32 grid steps), "
+            f"got {n_records:,}"
+        )
+    return n_records
+
+
+def answers_in_steps(answers: Array, n_records: int, steps: int) -> Array:
+    """(n_queries,) int32 round(steps n clip(answers, 0, 1)): public fractions (the current
+    synthetic answers) in grid steps, s per count. Public: the rounding costs no privacy."""
+    scaled = jnp.clip(jnp.asarray(answers, jnp.float32), 0.0, 1.0) * jnp.float32(steps * n_records)
+    return jnp.round(scaled).astype(jnp.int32)
+
+
+def cell_error_steps(counts: Array, current_steps: Array, steps: int) -> Array:
+    """(n_queries,) int32 |s c - m|: each cell's error in grid steps, exact (c true int32 counts,
+    m public int32 steps; both in [0, s n] with s n < 2^31)."""
+    return jnp.abs(jnp.asarray(counts, jnp.int32) * jnp.int32(steps) - current_steps)
+
+
+def max_cell_error_steps(
+    counts: Array, current_steps: Array, steps: int, workload: MarginalWorkload
+) -> Array:
+    """(n_marginals,) int32 largest cell error of each marginal in grid steps (exact)."""
+    segments = jnp.asarray(workload.marginal_of_query())
+    errors = cell_error_steps(counts, current_steps, steps)
+    return jax.ops.segment_max(errors, segments, num_segments=len(workload), indices_are_sorted=True)
+
+
+def l1_error_steps(counts: Array, current_steps: Array, steps: int, workload: MarginalWorkload) -> Array:
+    """(n_marginals,) int32 sum of each marginal's cell errors in grid steps (exact; the caller
+    keeps s n + sum(m) below 2^31, see `l1_answers_in_steps`)."""
+    segments = jnp.asarray(workload.marginal_of_query())
+    errors = cell_error_steps(counts, current_steps, steps)
+    return jax.ops.segment_sum(errors, segments, num_segments=len(workload), indices_are_sorted=True)
+
+
+def l1_answers_in_steps(answers: Array, n_records: int, steps: int, workload: MarginalWorkload) -> Array:
+    """`answers_in_steps` after scaling down any marginal whose answers sum above 2 (never a
+    distribution's), so each marginal's steps sum to at most 2 s n (1 + 2^-20) + cells / 2 and
+    its L1 error to at most 3 s n + that slack: below 2^31 for s = 32 and n <= GRID_MAX_RECORDS.
+    Public post-processing of the current answers."""
+    segments = jnp.asarray(workload.marginal_of_query())
+    clipped = jnp.clip(jnp.asarray(answers, jnp.float32), 0.0, 1.0)
+    totals = jax.ops.segment_sum(clipped, segments, num_segments=len(workload), indices_are_sorted=True)
+    factor = jnp.minimum(1.0, 2.0 / jnp.maximum(totals, 1e-30))[segments]
+    return answers_in_steps(clipped * factor, n_records, steps)
 
 
 def max_cell_errors(true_answers: Array, synthetic_answers: Array, workload: MarginalWorkload) -> Array:
@@ -75,6 +173,21 @@ class Rule:
         neighbouring datasets."""
         raise NotImplementedError
 
+    def grid_scores(self, counts: Array, current: Array, n_records: int, workload: MarginalWorkload) -> Array:
+        """(n_candidates,) int32 scores in grid steps of unit_sensitivity / (GRID_STEPS n), computed
+        exactly from the true int32 counts; they must move by at most GRID_STEPS between
+        neighbouring datasets. Optional: a rule without it selects on `scores` (float path)."""
+        raise NotImplementedError
+
+    @property
+    def exact(self) -> bool:
+        """True when this rule's `grid_scores` is its score: defined, and by the class that
+        defines `scores` or a subclass of it (a subclass overriding only `scores` is not exact)."""
+        mro = type(self).__mro__
+        grid = next(c for c in mro if "grid_scores" in c.__dict__)
+        scores = next(c for c in mro if "scores" in c.__dict__)
+        return grid is not Rule and issubclass(grid, scores)
+
     def n_candidates(self, workload: MarginalWorkload) -> int:
         return len(workload) if self.candidates == MARGINALS else workload.n_queries
 
@@ -85,6 +198,9 @@ class Rule:
             k exponential mechanisms at epsilon = 2 sensitivity / scale each, k epsilon^2 / 8
             zCDP per round (Cesar & Rogers 2021), `times` rounds.
         """
+        if noise == "discrete" and self.exact:
+            steps_per_count(self.unit_sensitivity)
+            check_grid_records(n_records)
         sensitivity = self.unit_sensitivity / n_records
         scale = gumbel_scale(sensitivity, rho, count=self.k)
         primitive = (SELECT_PRIMITIVE if self.k == 1 else TOP_K_PRIMITIVE)[noise]
@@ -115,7 +231,31 @@ class Rule:
 
         Privacy:
             Reads the true counts through the scores; k exponential mechanisms (see `calibrate`).
+            noise="discrete" with an exact rule: int32 grid scores of sensitivity exactly
+            GRID_STEPS steps (`noise.grid_exponential`); otherwise float scores with the stated
+            quantisation allowance (`noise.discrete_exponential`) or Gumbel-max (float).
         """
+        if self.noise == "discrete" and self.exact:
+            steps = counts.map(lambda c: self.grid_scores(c, current, n_records, workload))
+            if self.k == 1:
+                chosen, charge = noise_module.select_grid(
+                    key,
+                    steps,
+                    scale=self.scale,
+                    sensitivity=self.sensitivity,
+                    noise=self.noise,
+                    mask=eligible,
+                )
+                return chosen[None], charge
+            return noise_module.select_top_k_grid(
+                key,
+                steps,
+                k=self.k,
+                scale=self.scale,
+                sensitivity=self.sensitivity,
+                noise=self.noise,
+                mask=eligible,
+            )
         scores = counts.map(lambda c: self.scores(c / n_records, current, workload))
         if self.k == 1:
             chosen, charge = noise_module.select(
@@ -144,6 +284,10 @@ class MaxError(Rule):
     def scores(self, true_answers, current, workload):
         return max_cell_errors(true_answers, current, workload)
 
+    def grid_scores(self, counts, current, n_records, workload):
+        steps = steps_per_count(self.unit_sensitivity)
+        return max_cell_error_steps(counts, answers_in_steps(current, n_records, steps), steps, workload)
+
 
 @pytree_dataclass
 class L1Error(Rule):
@@ -154,6 +298,12 @@ class L1Error(Rule):
 
     def scores(self, true_answers, current, workload):
         return l1_errors(true_answers, current, workload)
+
+    def grid_scores(self, counts, current, n_records, workload):
+        steps = steps_per_count(self.unit_sensitivity)
+        return l1_error_steps(
+            counts, l1_answers_in_steps(current, n_records, steps, workload), steps, workload
+        )
 
 
 @pytree_dataclass
@@ -166,3 +316,8 @@ class QueryError(Rule):
     def scores(self, true_answers, current, workload):
         del workload
         return jnp.abs(true_answers - current)
+
+    def grid_scores(self, counts, current, n_records, workload):
+        del workload
+        steps = steps_per_count(self.unit_sensitivity)
+        return cell_error_steps(counts, answers_in_steps(current, n_records, steps), steps)

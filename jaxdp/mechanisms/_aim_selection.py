@@ -196,6 +196,95 @@ def quality_scores(
     return jnp.asarray(weights, jnp.float32) * (l1 - jnp.asarray(penalty, jnp.float32))
 
 
+# Exact quality scores (noise="discrete"), on the host in int64. The L1 error is counted in
+# steps of 1 / COUNT_STEPS counts, the weights w_r / w_max in steps of 2^-WEIGHT_BITS; see
+# `grid_quality_scores` for the bound.
+COUNT_STEPS = 64
+WEIGHT_BITS = 16
+_MODEL_TOTAL_LIMIT = 2.0**32  # a marginal's public model counts are scaled to sum to at most this
+_PENALTY_LIMIT = 2**40
+
+
+def grid_quality_scores(
+    true_counts: np.ndarray,
+    model_counts: np.ndarray,
+    candidates: MarginalWorkload,
+    weights: np.ndarray,
+    mask: np.ndarray,
+    sigma: float,
+    l1_sensitivity: float,
+) -> np.ndarray:
+    """(n_candidates,) int32 `grid_quality_steps` relative to the best eligible one: max(Q_r,
+    best - 2^30) - best, in [-2^30, 0] (masked candidates get -2^30), what the sampler takes."""
+    mask = np.asarray(mask, bool)
+    quality = grid_quality_steps(true_counts, model_counts, candidates, weights, mask, sigma, l1_sensitivity)
+    best = quality[mask].max()
+    relative = np.maximum(quality, best - noise.GRID_LIMIT) - best
+    return np.where(mask, relative, -noise.GRID_LIMIT).astype(np.int32)
+
+
+def grid_quality_steps(
+    true_counts: np.ndarray,
+    model_counts: np.ndarray,
+    candidates: MarginalWorkload,
+    weights: np.ndarray,
+    mask: np.ndarray,
+    sigma: float,
+    l1_sensitivity: float,
+) -> np.ndarray:
+    """(n_candidates,) int64 AIM quality scores Q_r in grid steps of Delta_t / GRID_STEPS,
+    computed exactly from the true counts (0 for masked candidates).
+
+    With K = COUNT_STEPS, L = l1_sensitivity (a marginal's L1 sensitivity in counts: 2 under
+    replace-one, 1 under add-remove), W_r = floor(2^16 w_r / w_max) over the eligible candidates
+    (w_max = max_{r in C_t} w_r, so Delta_t = L w_max) and D = 2^16 K L / GRID_STEPS:
+
+        E_r = sum_cells |K c - M|,  M = round(K mu) (public model counts mu, clipped to >= 0 and
+              scaled to sum to at most 2^32 per marginal),
+        P_r = round(K sqrt(2/pi) sigma n_r)  (public),
+        Q_r = floor(W_r (E_r - P_r) / D)  ~  q_r / (Delta_t / GRID_STEPS).
+
+    A neighbouring dataset moves c by +-1 in at most two cells of a marginal (replace-one) or one
+    (add-remove): E_r moves by at most K L, W_r (E_r - P_r) by at most 2^16 K L = GRID_STEPS D,
+    and the floor of a quotient by D by at most GRID_STEPS (floor(x) - floor(y) < x - y + 1 with
+    x - y <= GRID_STEPS). The best eligible Q moves by at most GRID_STEPS too, so max(Q_r,
+    best - 2^30) does (a max of two such functions), and subtracting the best from every
+    candidate leaves the exponential mechanism's law unchanged (`grid_quality_scores`). Every
+    product stays below 2^58.
+
+    Args:
+        true_counts: (candidates.n_queries,) the true integer counts (private).
+        model_counts: (candidates.n_queries,) the model's counts (public).
+        weights: (n_candidates,) w_r; mask: (n_candidates,) bool C_t; sigma: the round's noise.
+        l1_sensitivity: L, the declared L1 sensitivity of a marginal in counts (a multiple of
+            2^-16; the bound above holds if the true one is at most L).
+    """
+    steps = noise.GRID_STEPS
+    # D = 2^16 K L / GRID_STEPS must be a whole number: L a multiple of 2^-16 counts (in practice
+    # 2 or 1; (2 / n) * n may miss 2 by an ulp, hence the rounding)
+    scaled_ell = 2**WEIGHT_BITS * COUNT_STEPS * float(l1_sensitivity) / steps
+    divisor = round(scaled_ell)
+    if divisor < 1 or abs(divisor - scaled_ell) > 1e-9 * divisor:
+        raise ValueError(
+            "exact AIM scores need an L1 sensitivity that is a multiple of 2^-16 counts, "
+            f"got {l1_sensitivity!r}"
+        )
+    segments = candidates.marginal_of_query()
+    cells = np.asarray(candidates.cells, np.int64)
+    mu = np.clip(np.asarray(model_counts, np.float64), 0.0, _MODEL_TOTAL_LIMIT)
+    totals = np.bincount(segments, weights=mu, minlength=len(candidates))
+    mu = mu * np.minimum(1.0, _MODEL_TOTAL_LIMIT / np.maximum(totals, 1.0))[segments]
+    model = np.rint(COUNT_STEPS * mu).astype(np.int64)
+    errors = np.abs(COUNT_STEPS * np.asarray(true_counts, np.int64) - model)
+    l1 = np.add.reduceat(errors, np.asarray(candidates.offsets, np.int64))  # <= K (n + 2^32 + cells) < 2^40
+    penalty = np.rint(np.minimum(COUNT_STEPS * SQRT_2_OVER_PI * float(sigma) * cells, _PENALTY_LIMIT))
+    mask = np.asarray(mask, bool)
+    weights = np.asarray(weights, np.float64)
+    w_max = float(weights[mask].max())
+    scaled = np.where(mask, np.floor(weights * 2.0**WEIGHT_BITS / w_max), 0.0).astype(np.int64)
+    return (scaled * (l1 - penalty.astype(np.int64))) // divisor  # floor division, |.| < 2^57
+
+
 class AnnealedSelection:
     """AIM's selection, annealing and filter as host methods (see the module docstring).
 
@@ -329,16 +418,26 @@ class AnnealedSelection:
         """
         weights = np.asarray(self.weights)
         delta_t = self.l1_sensitivity * float(weights[mask].max())
-        scores = self.answers.map(quality_scores, model_counts, self.candidates, weights, sigma)
         scale = gumbel_scale(delta_t, rho_select)
-        choice, charge = noise.select(
-            stream_key(key, Stream.SELECT),
-            scores,
-            scale=scale,
-            sensitivity=delta_t,
-            noise=self.noise,
-            mask=jnp.asarray(mask),
-        )
+        settings = dict(scale=scale, sensitivity=delta_t, noise=self.noise, mask=jnp.asarray(mask))
+        if self.noise == "discrete":  # exact int64 scores on the host (`grid_quality_scores`)
+            steps = self.answers.map(
+                lambda c: jnp.asarray(
+                    grid_quality_scores(
+                        np.asarray(c),
+                        model_counts,
+                        self.candidates,
+                        weights,
+                        mask,
+                        sigma,
+                        self.l1_sensitivity,
+                    )
+                )
+            )
+            choice, charge = noise.select_grid(stream_key(key, Stream.SELECT), steps, **settings)
+        else:
+            scores = self.answers.map(quality_scores, model_counts, self.candidates, weights, sigma)
+            choice, charge = noise.select(stream_key(key, Stream.SELECT), scores, **settings)
         return int(choice), charge, delta_t, scale
 
     def _round_accounts(

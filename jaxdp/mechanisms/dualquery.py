@@ -49,6 +49,51 @@ from jaxdp.queries import (
 )
 from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
+# Exact scores: rounds must stay below this (t_b and t_b + S - t fit 16 bits; see `grid_scores`).
+MAX_EXACT_ROUNDS = 2**15
+
+
+def _floor_scaled(t: Array, x: Array, m: Array, n: int, last: int) -> Array:
+    """int32 floor(64 (t x + n m) / last) - 64 n, exactly, in uint32 words of 16-bit digits.
+
+    For 0 <= x <= n < 2^24, 0 <= m < 2^16, 0 <= t <= last < 2^15, and t x + n m <= 2 n last (so
+    the quotient is at most 128 n < 2^31): A = t x + n m is H 2^16 + L with H < 2^26 and
+    L < 2^16, 64 A = H' 2^16 + L' with H' < 2^32, and the quotient by last is
+    (H' // last) 2^16 + ((H' % last) 2^16 + L') // last, every intermediate below 2^32.
+    """
+    u = jnp.uint32
+    t, x, m = t.astype(u), x.astype(u), m.astype(u)
+    low16 = u(0xFFFF)
+    x1, x0, n1, n0 = x >> 16, x & low16, u(n >> 16), u(n & 0xFFFF)
+    tx0, nm0 = t * x0, n0 * m  # each < 2^32
+    high = t * x1 + n1 * m + (tx0 >> 16) + (nm0 >> 16)
+    low = (tx0 & low16) + (nm0 & low16)
+    high, low = high + (low >> 16), low & low16  # A = high 2^16 + low, high < 2^26
+    high, low = (high << 6) + ((low << 6) >> 16), (low << 6) & low16  # 64 A
+    divisor = u(last)
+    quotient = (high // divisor << 16) + ((high % divisor) << 16 | low) // divisor
+    return quotient.astype(jnp.int32) - jnp.int32(64 * n)
+
+
+def grid_scores(counts: Array, t: Array, sums: Array, n: int, last: int) -> Array:
+    """(2 n_queries,) int32 scores of round t in grid steps of last / (64 n), exactly:
+    floor(64 n u / last) for u = +-(t c / n - S), S = sum_{j<t} q(x_j) (an integer <= t; `sums`
+    holds it in float32, exact below 2^24), c the true counts.
+
+    Privacy:
+        With A+ = t c + n (last - S) and A- = t (n - c) + n (last + S - t), both >= 0 because
+        S <= t <= last and c <= n, the scores are floor(64 A / last) - 64 n. A replaced record
+        moves c by at most 1, so A by at most t <= last, 64 A by at most 64 last and its floor
+        quotient by last by at most 64 = GRID_STEPS steps: the declared sensitivity last / n,
+        exactly.
+    """
+    s = sums.astype(jnp.int32)  # exact: whole numbers <= t
+    c = jnp.asarray(counts, jnp.int32)
+    t = jnp.asarray(t, jnp.int32)
+    plus = _floor_scaled(t, c, last - s, n, last)
+    minus = _floor_scaled(t, n - c, last + s - t, n, last)
+    return jnp.concatenate([plus, minus])
+
 
 class DualQueryState(NamedTuple):
     """records: (rounds, n_attributes) int32 best responses (row t from round t); filled:
@@ -88,9 +133,11 @@ class DualQuery:
 
     `counts` holds the workload's true int32 counts; scores use fractions (counts / n, n
     public). `noise`: "discrete" (default) draws each sample with the exact exponential
-    mechanism on scores quantised to a grid of sensitivity / 64, which samples from Q_t with eta
-    lowered by at most a factor 64 / 66 (the grid's allowance, `jaxdp.noise`) and u_t rounded
-    down to the grid; "float" draws by Gumbel-max, from Q_t itself up to float32 rounding.
+    mechanism on scores computed exactly in int32 steps of sensitivity / 64 (`grid_scores`:
+    64 n u_t / t_b floored, in 16-bit-digit integer arithmetic), which samples from Q_t with
+    eta rounded down by a relative 2^-12 at most and u_t rounded down to the grid
+    (`noise.grid_exponential`, no allowance; rounds <= 2^15); "float" draws by Gumbel-max, from
+    Q_t itself up to float32 rounding.
 
     Privacy:
         Relation replace-one (n public; answers are fractions). Round 0 samples from the uniform
@@ -140,25 +187,40 @@ class DualQuery:
             rounds_done=jnp.zeros((), jnp.int32),
         )
 
-    def _sample(self, key: Key, scores: Sensitive, t: Array) -> tuple[Array, tuple[Charge, ...]]:
+    def _sample(self, key: Key, t: Array, sums: Array) -> tuple[Array, tuple[Charge, ...]]:
         """s i.i.d. draws from Q_t: uniform in round 0, else exponential mechanisms charged at
         the sensitivity bound of t's block (one compiled branch per block: each branch holds a
-        host-fixed scale and sensitivity, as `noise.select` requires)."""
+        host-fixed scale and sensitivity, as `noise.select` requires, and computes its scores on
+        its own grid)."""
         keys = jax.random.split(key, self.samples)
         n_candidates = 2 * self.workload.n_queries
+        n = self.n_records
 
-        def uniform(keys, scores):
+        def uniform(keys, counts):
             ids = jax.vmap(lambda k: jax.random.randint(k, (), 0, n_candidates, jnp.int32))(keys)
             no_charge = _no_charge(self.noise)
             return ids, jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (self.samples,)), no_charge)
 
         def in_block(sensitivity: float, scale: float):
-            def draw(keys, scores):
-                return jax.vmap(
-                    lambda k: noise_module.select(
-                        k, scores, scale=scale, sensitivity=sensitivity, noise=self.noise
-                    )
-                )(keys)
+            settings = dict(scale=scale, sensitivity=sensitivity, noise=self.noise)
+            if self.noise == "discrete" and self.relation is Neighboring.REPLACE_ONE:
+                last = round(sensitivity * n)  # t_b: the block's sensitivity is t_b / n
+
+                def draw(keys, counts):
+                    steps = counts.map(lambda c: grid_scores(c, t, sums, n, last))
+                    return jax.vmap(lambda k: noise_module.select_grid(k, steps, **settings))(keys)
+
+                return draw
+
+            def draw(keys, counts):
+                # eta times these scores is the log-weight eta sum_{j<t} (q(D) - q(x_j)) (and its
+                # negation)
+                tf = t.astype(jnp.float32)
+                unit = count_unit(self.relation, n)
+                scores = counts.map(
+                    lambda c: jnp.concatenate([tf * (c * unit) - sums, sums - tf * (c * unit)])
+                )
+                return jax.vmap(lambda k: noise_module.select(k, scores, **settings))(keys)
 
             return draw
 
@@ -166,19 +228,15 @@ class DualQuery:
             in_block(sens, scale) for sens, scale in zip(self.sensitivities, self.scales, strict=True)
         ]
         block = jnp.asarray(self.block_of_round, jnp.int32)[t]
-        ids, charges = jax.lax.switch(block, branches, keys, scores)
+        ids, charges = jax.lax.switch(block, branches, keys, self.counts)
         per_draw = tuple(jax.tree_util.tree_map(lambda x, i=i: x[i], charges) for i in range(self.samples))
         return ids, per_draw
 
     def step(self, state: DualQueryState, key: Key) -> tuple[DualQueryState, DualQueryInfo]:
         require_key(key)
         t = state.rounds_done
-        # eta times these scores is the log-weight eta sum_{j<t} (q(D) - q(x_j)) (and its negation)
         sums = state.answer_sums
-        tf = t.astype(jnp.float32)
-        unit = count_unit(self.relation, self.n_records)
-        scores = self.counts.map(lambda c: jnp.concatenate([tf * (c * unit) - sums, sums - tf * (c * unit)]))
-        sampled, charges = self._sample(stream_key(key, Stream.SELECT), scores, t)
+        sampled, charges = self._sample(stream_key(key, Stream.SELECT), t, sums)
 
         n_queries = self.workload.n_queries
         sign = jnp.where(sampled < n_queries, 1.0, -1.0).astype(jnp.float32)
@@ -265,7 +323,8 @@ def dualquery(
             but not exact (`jaxdp.noise`).
 
     Raises:
-        ValueError: rounds < 2, bad sizes or options.
+        ValueError: rounds < 2 (or above `MAX_EXACT_ROUNDS` = 2^15 with noise="discrete", the
+            range of the exact integer scores), bad sizes or options.
         BudgetExceededError: a given learning rate that the budget cannot pay for.
 
     Privacy:
@@ -281,6 +340,11 @@ def dualquery(
         raise ValueError("rounds must be >= 2 (round 0 samples uniformly and learns nothing private)")
     samples = _checks.positive_int(samples, "samples")
     blocks = _checks.positive_int(blocks, "blocks")
+    if noise == "discrete" and rounds > MAX_EXACT_ROUNDS:
+        raise ValueError(
+            f"rounds must be <= {MAX_EXACT_ROUNDS} with noise='discrete' (exact integer selection "
+            f"scores), got {rounds}"
+        )
     oracle_impl = make_oracle(workload, oracle, time_limit=time_limit)
 
     n = len(data)

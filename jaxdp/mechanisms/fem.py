@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks
+from jaxdp import _checks, selection
 from jaxdp import noise as noise_module
 from jaxdp.accounting import SELECT_PRIMITIVE, Plan, PlannedCharge, gumbel_scale
 from jaxdp.domain import Dataset
@@ -74,13 +74,23 @@ class FEMInfo(NamedTuple):
     selected: Array
 
 
+def _signed_steps(counts: Array, current_steps: Array) -> Array:
+    """(2 n_queries,) int32 [64 c - m, m - 64 c]: q(D) - q(Dhat) and its negation in grid steps
+    of 1 / (64 n), exact (c, m in [0, 64 n] with n < 2^24). A replaced record moves each count by
+    at most 1, so each score moves by at most 64 = GRID_STEPS steps."""
+    true = jnp.asarray(counts, jnp.int32) * jnp.int32(selection.GRID_STEPS_PER_COUNT)
+    return jnp.concatenate([true - current_steps, current_steps - true])
+
+
 @pytree_dataclass
 class FEM:
     """FEM over a marginal workload; build with `fem`.
 
     `counts` holds the workload's true int32 counts; scores use fractions (counts / n, n
     public). `noise`: "discrete" (default) selects with the exact exponential mechanism on
-    scores quantised to a grid of 1 / (64 n); "float" with Gumbel-max (see `jaxdp.noise`).
+    scores computed exactly in int32 steps of 1 / (64 n) (64 c against the public
+    round(64 n q(Dhat_t)); `noise.grid_exponential`, no allowance); "float" with Gumbel-max
+    (see `jaxdp.noise`).
 
     Privacy:
         Relation replace-one (n public; answers are fractions). Each of the T rounds runs one
@@ -127,15 +137,16 @@ class FEM:
         t = state.rounds_done
         count = (t * self.samples).astype(jnp.float32)
         synthetic = jnp.where(t > 0, state.answer_sums / jnp.maximum(count, 1.0), self.uniform_answers)
-        unit = count_unit(self.relation, self.n_records)
-        scores = self.counts.map(lambda c: jnp.concatenate([c * unit - synthetic, synthetic - c * unit]))
-        chosen, charge = noise_module.select(
-            stream_key(key, Stream.SELECT),
-            scores,
-            scale=self.select_scale,
-            sensitivity=self.select_sensitivity,
-            noise=self.noise,
-        )
+        settings = dict(scale=self.select_scale, sensitivity=self.select_sensitivity, noise=self.noise)
+        if self.noise == "discrete" and self.relation is Neighboring.REPLACE_ONE:
+            # exact int32 steps of 1 / (64 n): +-(64 c - m), m = round(64 n synthetic) public
+            current = selection.answers_in_steps(synthetic, self.n_records, selection.GRID_STEPS_PER_COUNT)
+            steps = self.counts.map(lambda c: _signed_steps(c, current))
+            chosen, charge = noise_module.select_grid(stream_key(key, Stream.SELECT), steps, **settings)
+        else:
+            unit = count_unit(self.relation, self.n_records)
+            scores = self.counts.map(lambda c: jnp.concatenate([c * unit - synthetic, synthetic - c * unit]))
+            chosen, charge = noise_module.select(stream_key(key, Stream.SELECT), scores, **settings)
         n_queries = self.workload.n_queries
         sign = jnp.where(chosen < n_queries, 1.0, -1.0).astype(jnp.float32)
         query_weights = state.query_weights.at[chosen % n_queries].add(sign)

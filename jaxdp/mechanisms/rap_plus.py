@@ -134,6 +134,28 @@ class RapPlusInfo(NamedTuple):
     best_stage: Array
 
 
+STEPS = selection.GRID_STEPS_PER_COUNT  # grid steps per count of a score of sensitivity 1/n
+
+
+def _select_top_k(key: Key, true: Sensitive, float_scores, grid_scores, query_class, eligible: Array):
+    """The class's top-K selection on scores of sensitivity 1/n (fractions): under
+    noise="discrete" on `grid_scores`, int32 steps of 1 / (64 n) computed exactly (64 c against
+    the public round(64 n p); a replaced record moves each count by at most 1, so each cell's or
+    query's error and a maximum of them move by at most 64 steps: `noise.grid_top_k`, no
+    allowance; n < 2^24 from `private_codes` keeps 64 n in int32); under "float" Gumbel top-K on
+    `float_scores`, fractions."""
+    settings = dict(
+        k=query_class.per_round,
+        scale=query_class.select_scale,
+        sensitivity=query_class.select_sensitivity,
+        noise=query_class.noise,
+        mask=eligible,
+    )
+    if query_class.noise == "discrete":
+        return noise.select_top_k_grid(key, true.map(grid_scores), **settings)
+    return noise.select_top_k(key, true.map(float_scores), **settings)
+
+
 @pytree_dataclass
 class _MarginalClass:
     """Categorical marginals: RAP's selection and measurement of whole marginals (true answers:
@@ -173,15 +195,16 @@ class _MarginalClass:
         """
         del r
         current = self.answers(probs, numeric, None)
-        scores = true.map(lambda c: selection.max_cell_errors(c / self.n_records, current, self.workload))
-        chosen, select_charge = noise.select_top_k(
+        n, workload = self.n_records, self.workload
+        chosen, select_charge = _select_top_k(
             stream_key(key, Stream.SELECT),
-            scores,
-            k=self.per_round,
-            scale=self.select_scale,
-            sensitivity=self.select_sensitivity,
-            noise=self.noise,
-            mask=state.eligible,
+            true,
+            lambda c: selection.max_cell_errors(c / n, current, workload),
+            lambda c: selection.max_cell_error_steps(
+                c, selection.answers_in_steps(current, n, STEPS), STEPS, workload
+            ),
+            self,
+            state.eligible,
         )
         index = self.padding.gather[chosen]  # padding points one past the end: dropped
         picked = true.map(lambda a: jnp.concatenate([a, jnp.zeros(1, a.dtype)])[index])
@@ -243,15 +266,14 @@ class _ThresholdClass:
             one Gaussian measurement; the noisy counts are divided by n afterwards.
         """
         current = self.answers(probs, numeric, None)  # hard thresholds: the answers we release
-        scores = true.map(lambda c: jnp.abs(c / self.n_records - current))
-        chosen, select_charge = noise.select_top_k(
+        n = self.n_records
+        chosen, select_charge = _select_top_k(
             stream_key(key, Stream.SELECT),
-            scores,
-            k=self.per_round,
-            scale=self.select_scale,
-            sensitivity=self.select_sensitivity,
-            noise=self.noise,
-            mask=state.eligible,
+            true,
+            lambda c: jnp.abs(c / n - current),
+            lambda c: selection.cell_error_steps(c, selection.answers_in_steps(current, n, STEPS), STEPS),
+            self,
+            state.eligible,
         )
         noisy, measure_charge = noise.measure_counts(
             stream_key(key, Stream.MEASURE),
@@ -290,6 +312,8 @@ class RapPlusPlus:
         K_c epsilon^2 / 8 zCDP, on a score of sensitivity 1/n: a marginal's largest cell error
         or a single query's |error| in fractions (one replaced record moves each counting
         fraction by at most 1/n, so each absolute error, and a maximum of them, by at most 1/n).
+        Under noise="discrete" the scores are computed exactly in int32 steps of 1 / (64 n)
+        (`jaxdp.selection`), so the bound holds for the scores as computed.
         Measurement: one Gaussian (stream MEASURE) of the K_c picks' counts with L2 sensitivity
         sqrt(2 K_c) for marginals (a record leaves one cell and enters another of each) and
         sqrt(K_c) for single queries (a replaced record moves each count by at most 1); the

@@ -174,7 +174,7 @@ def _selection_counts(mech, model_counts, sigma, rho_select, scale_factor, runs)
     with its call to the primitive recorded; the recorded call is replayed for `runs` keys under
     one jit (an eager exact sampler compiles its program on every call)."""
     mask = np.ones(len(mech.candidates), bool)
-    name = "discrete_exponential" if mech.noise == "discrete" else "exponential"
+    name = "grid_exponential" if mech.noise == "discrete" else "exponential"
     primitive = getattr(jaxdp.noise, name)
     calls = []
 
@@ -195,15 +195,14 @@ def _selection_counts(mech, model_counts, sigma, rho_select, scale_factor, runs)
 
 
 def _selection_law(scores: np.ndarray, scale: float, sensitivity: float, noise: str) -> np.ndarray:
-    """The exponential mechanism's law: exp(q_r / scale) / Z ("float", Gumbel-max), or, for the
-    exact sampler, exp(-rate gap_r) / Z over the scores floored to a grid of sensitivity /
-    GRID_STEPS, with rate = epsilon / (2 (GRID_STEPS + 2)) per step (`noise.discrete_exponential`;
-    its rounding of the rate down by a relative 2^-12 is far below what 20,000 draws can see)."""
-    if noise == "float":
-        logits = scores / scale
-    else:
-        steps = np.floor(np.float32(scores) * np.float32(jaxdp.noise.GRID_STEPS / sensitivity))
-        logits = steps * sensitivity / (scale * (jaxdp.noise.GRID_STEPS + 2))
+    """The exponential mechanism's law: exp(q_r / scale) / Z ("float", Gumbel-max, `scores` the
+    float q_r), or, for the exact sampler, exp(rate steps_r) / Z over the exact integer scores in
+    grid steps of sensitivity / GRID_STEPS (`scores` from `grid_quality_scores`, checked against a
+    Python-integer reference in tests/privacy/test_grid_scores.py), with rate = epsilon /
+    (2 GRID_STEPS) per step (`noise.grid_exponential`; its rounding of the rate down by a
+    relative 2^-12 is far below what 20,000 draws can see)."""
+    per_step = sensitivity / (scale * jaxdp.noise.GRID_STEPS)
+    logits = scores / scale if noise == "float" else scores * per_step
     probs = np.exp(logits - logits.max())
     return probs / probs.sum()
 
@@ -211,8 +210,8 @@ def _selection_law(scores: np.ndarray, scale: float, sensitivity: float, noise: 
 @pytest.mark.parametrize("noise", ["discrete", "float"])
 def test_selection_follows_the_exponential_mechanism(noise):
     """The shared selection draws r with probability exp(q_r / scale) / Z (q_r from the
-    brute-force-checked `quality_scores`, scale = 2 Delta_t / epsilon_t; on the quantised scores
-    for the exact sampler): chi-square over 20,000 draws, false-failure rate 1e-3. Negative
+    brute-force-checked `quality_scores`, scale = 2 Delta_t / epsilon_t; on the exact integer grid
+    scores for the exact sampler): chi-square over 20,000 draws, false-failure rate 1e-3. Negative
     control: a halved selection scale is rejected."""
     from scipy import stats
 
@@ -223,8 +222,17 @@ def test_selection_follows_the_exponential_mechanism(noise):
     sigma = 5.0
     scores = np.asarray(_aim_selection.quality_scores(true, model, mech.candidates, mech.weights, sigma))
 
+    mask = np.ones(len(mech.candidates), bool)
+    law_scores = (
+        _aim_selection.grid_quality_scores(
+            true, model, mech.candidates, np.asarray(mech.weights), mask, sigma, mech.l1_sensitivity
+        ).astype(np.float64)
+        if noise == "discrete"
+        else scores
+    )
+
     def pvalue(picks, scale):
-        probs = _selection_law(scores, scale, mech.l1_sensitivity * max(mech.weights), noise)
+        probs = _selection_law(law_scores, scale, mech.l1_sensitivity * max(mech.weights), noise)
         keep = probs * picks.sum() >= 5  # pool the rare candidates into one cell
         observed = np.append(picks[keep], picks[~keep].sum())
         expected = np.append(probs[keep], probs[~keep].sum()) * picks.sum()

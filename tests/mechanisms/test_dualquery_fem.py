@@ -21,8 +21,7 @@ from jaxdp.families.oracle import (
 )
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
-from jaxdp.queries import all_kway, from_cliques, marginal_fractions
-from jaxdp.types import Sensitive
+from jaxdp.queries import all_kway, from_cliques, marginal_counts, marginal_fractions
 
 from .conftest import tiny_dataset
 
@@ -144,8 +143,10 @@ def test_dualquery_ledger_matches_the_blocked_plan():
 def test_dualquery_samples_from_the_multiplicative_weights_distribution(noise_option):
     """Round t's draws follow Q_t(q) ~ exp(eta (t q(D) - sum_j q(x_j))) over queries and their
     negations (chi-square; deterministic keys, so it passes or fails the same way every run).
-    The exact sampler draws from Q_t on scores floored to the grid of sensitivity / 64, with the
-    rate per grid step that `noise.discrete_exponential` uses (eta lowered by at most 64 / 66)."""
+    The exact sampler draws from Q_t on the exact integer scores floor(64 n u / t_b) (grid of
+    sensitivity / 64, checked against Python integers in tests/privacy/test_grid_scores.py),
+    with the rate per grid step that `noise.grid_exponential` uses (eta rounded down by a
+    relative 2^-12 at most)."""
     data = tiny_dataset(n=200)
     workload = all_kway(data.domain.sizes, 1)  # 14 queries, 28 candidates
     mech = dualquery(data, workload, rounds=4, rho=0.2, samples=1000, blocks=3, noise=noise_option)
@@ -155,16 +156,20 @@ def test_dualquery_samples_from_the_multiplicative_weights_distribution(noise_op
     sums[[1, 4, 8, 10, 13]] += 1.0
     answers = np.asarray(marginal_fractions(jnp.asarray(data.codes), workload), np.float64)
     u = np.concatenate([t * answers - sums, sums - t * answers])
-    scores = Sensitive(jnp.asarray(u, jnp.float32))
     keys = jax.random.split(jax.random.key(0), 40)
-    draw = jax.jit(jax.vmap(lambda k: mech._sample(k, scores, jnp.int32(t))[0]))
+    draw = jax.jit(jax.vmap(lambda k: mech._sample(k, jnp.int32(t), jnp.asarray(sums))[0]))
     draws = np.asarray(draw(keys)).reshape(-1)
     logits = u / mech.scales[1]
     if noise_option == "discrete":
         sensitivity = mech.sensitivities[1]
-        numerator, denominator = noise._selection_rate(mech.scales[1], sensitivity)
-        gaps, _ = noise._quantised_gaps(jnp.asarray(u, jnp.float32), sensitivity, None)
-        logits = -np.asarray(gaps, np.float64) * numerator / denominator
+        last = round(sensitivity * len(data))
+        assert mech.block_of_round[t] == 2 and last >= t  # sensitivities[1]: the second block
+        counts = np.asarray(marginal_counts(jnp.asarray(data.codes), workload)).astype(np.int64)
+        n = len(data)
+        steps = [(64 * (t * int(c) - n * int(s))) // last for c, s in zip(counts, sums, strict=True)]
+        steps += [(64 * (n * int(s) - t * int(c))) // last for c, s in zip(counts, sums, strict=True)]
+        numerator, denominator = noise._selection_rate(mech.scales[1], sensitivity, noise.GRID_STEPS)
+        logits = np.asarray(steps, np.float64) * numerator / denominator
     expected = np.exp(logits - logits.max())
     expected = expected / expected.sum() * draws.size
     observed = np.bincount(draws, minlength=u.size)

@@ -17,6 +17,8 @@ SCALE_ARGUMENT = {
     "discrete_laplace": "scale",
     "discrete_exponential": "scale",
     "discrete_top_k": "scale",
+    "grid_exponential": "scale",
+    "grid_top_k": "scale",
 }
 
 
@@ -29,7 +31,7 @@ def _no_noise_scale(primitive: str, sensitivity: float) -> float:
         return samplers.SIGMA_MIN
     if primitive == "discrete_laplace":
         return 2.0**-6
-    if primitive in ("discrete_exponential", "discrete_top_k"):
+    if primitive in ("discrete_exponential", "discrete_top_k", "grid_exponential", "grid_top_k"):
         return sensitivity * 2.0**-20
     return 1e-9
 
