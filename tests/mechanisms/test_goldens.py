@@ -1,11 +1,13 @@
-"""Every shipped jittable mechanism reproduces, bit for bit, the state, Info and release that the
-implementation of `goldens.npz`'s commit (before the composable core) gave for the same cases
-and key: refactoring the mechanisms into presets of `jaxdp.adaptive` moved no figure.
+"""Every shipped jittable mechanism reproduces the state, Info and release recorded in
+`goldens.npz` for the same cases and key: integer and boolean leaves (selections, codes, counts,
+steps) exactly, float leaves to 1e-5 relative (bit for bit on the machine that recorded them; XLA's
+CPU code follows the host's vector width, which can move the last bits of a sum elsewhere).
 
-What changed in the layout, and only that, is mapped: the presets keep their family's state
-under `state.model`; `state.rho_spent` is gone (rho has one source, the charges in Info); a
-histogram preset's Info gained `inner_steps` (0: its update is closed-form) and selects (k,)
-candidates a round, so `selected` is (rounds, 1) where it was (rounds,).
+History: the composable core (issue #15) was checked bit-identical against goldens recorded on
+3e176fa, before presets replaced the hand-written mechanisms. The samplers (issue #14: streaming
+slot loops) and exact integer selection scores then changed the draws on purpose, so the goldens
+were re-recorded on the merge of both (the commit stored in the file); from there they pin every
+figure against refactoring.
 """
 
 import numpy as np
@@ -15,8 +17,6 @@ from tests.goldens.cases import CASES
 from tests.goldens.record import OUT, outputs
 
 GOLDENS = np.load(OUT)
-REMOVED = {"state.rho_spent"}
-ADDED = {"info.inner_steps"}
 
 
 def _expected(name: str) -> dict[str, np.ndarray]:
@@ -24,21 +24,20 @@ def _expected(name: str) -> dict[str, np.ndarray]:
     return {k[len(prefix) :]: GOLDENS[k] for k in GOLDENS.files if k.startswith(prefix)}
 
 
-def _old_path(path: str) -> str:
-    return path.replace("state.model.", "state.", 1)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_outputs_are_bit_identical_to_the_goldens(name):
-    expected = {p: v for p, v in _expected(name).items() if p not in REMOVED}
-    got = {_old_path(p): v for p, v in outputs(CASES[name]()).items()}
-    assert set(expected) <= set(got), sorted(set(expected) - set(got))
-    assert set(got) - set(expected) <= ADDED, sorted(set(got) - set(expected))
+def test_outputs_match_the_goldens(name):
+    expected = _expected(name)
+    got = outputs(CASES[name]())
+    assert set(got) == set(expected), sorted(set(got) ^ set(expected))
     for path, value in expected.items():
         assert got[path].dtype == value.dtype, path
         assert got[path].size == value.size, path
-        np.testing.assert_array_equal(got[path].reshape(value.shape), value, err_msg=f"{name}: {path}")
+        actual = got[path].reshape(value.shape)
+        if np.issubdtype(value.dtype, np.floating):
+            np.testing.assert_allclose(actual, value, rtol=1e-5, atol=1e-7, err_msg=f"{name}: {path}")
+        else:
+            np.testing.assert_array_equal(actual, value, err_msg=f"{name}: {path}")
 
 
-def test_the_goldens_were_recorded_before_the_refactoring():
-    assert str(GOLDENS["commit"]).startswith("3e176fa")
+def test_the_goldens_name_their_commit():
+    assert len(str(GOLDENS["commit"])) == 40
