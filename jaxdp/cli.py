@@ -218,11 +218,7 @@ def _synth(args: argparse.Namespace) -> None:
     relation = api.mechanism_relation(args.mechanism, args.relation)
     raw = _load_input(args.dataset, args.data, args.domain, args.schema)
     public = _load_public(args.public, raw) if args.public is not None else None
-    if args.seed is not None:
-        print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
-        key = jax.random.key(args.seed)
-    else:
-        key = secure_root_key()
+    key = jax.random.key(args.seed) if args.seed is not None else secure_root_key()
     inputs = api.prepare_inputs(
         args.mechanism,
         raw,
@@ -253,6 +249,8 @@ def _synth(args: argparse.Namespace) -> None:
         public=inputs.public,
         noise=args.noise,
     )
+    if args.seed is not None:  # once budget and workload are checked: a refused run prints one line
+        print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
     if args.noise == "float":
         print("jaxdp: --noise float: float32 noise does not meet the stated delta", file=sys.stderr)
     result = api.execute(
