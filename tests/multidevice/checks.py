@@ -114,7 +114,15 @@ def test_gem_with_the_batch_sharded_matches_one_device():
 def test_gem_refuses_a_batch_the_devices_do_not_divide():
     data = tiny_dataset()
     with pytest.raises(ValueError, match="multiple of the 8 devices"):
-        jaxdp.gem(data, all_kway(data.domain.sizes, 2), batch=60, shard_batch=True, epsilon=1.0, delta=1e-6)
+        jaxdp.gem(
+            data,
+            all_kway(data.domain.sizes, 2),
+            rounds=2,
+            batch=60,
+            shard_batch=True,
+            epsilon=1.0,
+            delta=1e-6,
+        )
 
 
 def _mechanism(name, data, mesh=None):
