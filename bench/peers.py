@@ -7,8 +7,10 @@ epsilon 1, delta 1e-9, add/remove neighbours (the AIM paper's relation; what eac
 is recorded with its rows). Every run is a whole process, timed from outside (start, imports,
 data load, fit, sample, write):
 
-- jaxdp: `python -m jaxdp synth --mechanism {aim,aim-gem,gem} ... --relation add-remove`, with an
-  empty compile cache per run (a fresh JAXDP_CACHE_DIR: first run, empty cache).
+- jaxdp: `python -m jaxdp synth --mechanism {aim,aim-gem,gem} ... --relation R`, with an
+  empty compile cache per run (a fresh JAXDP_CACHE_DIR: first run, empty cache). R is
+  add-remove for AIM and AIM-GEM; GEM supports only replace-one (it refuses add-remove), so it
+  runs under replace-one, a different relation, and its rows say so.
 - peers: `bench/_peer_runner.py` under the peers' own environment (default /work/peers-venv,
   `pip install -r bench/peers-requirements.txt`; it imports nothing from jaxdp), which also
   reports its own fit and sample seconds. Each peer is given the declared domain.
@@ -68,9 +70,13 @@ RUNS = (
     ("smartnoise", "mst"),
 )
 
+# jaxdp's relation per mechanism (GEM supports replace-one only)
+JAXDP_RELATION = {"aim": "add-remove", "aim-gem": "add-remove", "gem": "replace-one"}
+
 # What each library assumes, from its code (recorded with every row).
 ASSUMPTIONS = {
-    "jaxdp": "relation add-remove passed explicitly (--relation add-remove); discrete Gaussian and "
+    "jaxdp": "relation passed explicitly (--relation; add-remove for aim and aim-gem, replace-one for "
+    "gem, its only relation); discrete Gaussian and "
     "exact exponential mechanism; zCDP to (eps, delta) by the exact conversion; domain declared",
     "dpmm": "add/remove (marginal L2 sensitivity 1, quality-score sensitivity = workload weight, as "
     "the AIM/MST papers); float Gaussian noise (NumPy RandomState); rho = cdp_rho(eps, delta); "
@@ -150,7 +156,7 @@ def run_jaxdp(mechanism: str, seed: int, table: str, domain: str, rows: int, wor
         "--workload",
         "all-3way",
         "--relation",
-        "add-remove",
+        JAXDP_RELATION[mechanism],
         "--seed",
         str(seed),
         "--rows",
@@ -272,7 +278,7 @@ def run_all(args) -> None:
                     seed=seed,
                     epsilon=EPSILON,
                     delta=DELTA,
-                    relation="add-remove",
+                    relation=JAXDP_RELATION[mechanism] if library == "jaxdp" else "add-remove",
                     assumes=ASSUMPTIONS[library.split("+")[0]],
                     code_commit=commit,
                     peer_versions=versions,
@@ -287,18 +293,20 @@ def summary(path: str) -> str:
     with open(path) as fh:
         records = [json.loads(line) for line in fh]
     records = [r for r in records if r.get("kernel") == "peers_e2e_adult6"]
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in records:
-        groups[(r["library"], r["mechanism"])].append(r)
-    base = [r for r in groups.get(("jaxdp", "aim"), []) if r["ok"]]
+        groups[(r["library"], r["mechanism"], r.get("relation", "add-remove"))].append(r)
+    base = [r for r in groups.get(("jaxdp", "aim", "add-remove"), []) if r["ok"]]
     base_time = statistics.median(r["wall_s"] for r in base) if base else None
     base_l1 = statistics.mean(r["mean_l1"] for r in base) if base else None
     lines = [
-        "| library | mechanism | seeds ok / run | median wall s | time / jaxdp AIM | mean L1 (mean ± sd) "
-        "| L1 / jaxdp AIM | max error (mean) | commits | failures |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| library | mechanism | relation | seeds ok / run | median wall s | time / jaxdp AIM "
+        "| mean L1 (mean ± sd) | L1 / jaxdp AIM | max error (mean) | commits | failures |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (library, mechanism), rs in sorted(groups.items(), key=lambda kv: RUNS.index(kv[0])):
+    for (library, mechanism, relation), rs in sorted(
+        groups.items(), key=lambda kv: (RUNS.index(kv[0][:2]), kv[0])
+    ):
         ok = [r for r in rs if r["ok"]]
         commits = ",".join(sorted({str(r.get("code_commit")) for r in rs}))
         failures = sorted({r["error"].splitlines()[-1][:120] for r in rs if not r["ok"]})
@@ -313,7 +321,7 @@ def summary(path: str) -> str:
         else:
             cells = "- | - | - | - | -"
         lines.append(
-            f"| {library} | {mechanism} | {len(ok)} / {len(rs)} | {cells} | {commits} | "
+            f"| {library} | {mechanism} | {relation} | {len(ok)} / {len(rs)} | {cells} | {commits} | "
             f"{'; '.join(failures) or '-'} |"
         )
     return "\n".join(lines)
