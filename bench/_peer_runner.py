@@ -15,6 +15,10 @@ exception text if it failed.
 have the newer API) and SmartNoise does not declare as a dependency. With this flag the runner
 aliases the module `mbi` to dpmm's vendored copy of that older API (`dpmm.models.base.mbi`),
 so SmartNoise's own mechanism code can run; records made this way say so.
+
+--no-compress (dpmm only): compress=False, turning off dpmm's default domain compression (it
+merges the categories whose noisy 1-way count is under 3 sigma into one, a post-processing of
+AIM's first measurements); to see how much of dpmm's accuracy it accounts for.
 """
 
 from __future__ import annotations
@@ -93,7 +97,12 @@ def dpmm_run(mechanism: str, df: pd.DataFrame, sizes: dict, args) -> tuple[pd.Da
     # proc_epsilon on private bins. The domain is passed explicitly (dpmm infers max+1 from the
     # data when it is not given).
     pipe = cls(
-        epsilon=args.epsilon, delta=args.delta, disable_processing=True, gen_kwargs=gen_kwargs, n_jobs=1
+        epsilon=args.epsilon,
+        delta=args.delta,
+        disable_processing=True,
+        compress=not args.no_compress,
+        gen_kwargs=gen_kwargs,
+        n_jobs=1,
     )
     start = time.perf_counter()
     pipe.fit(df, domain=dict(sizes), random_state=args.seed)
@@ -118,6 +127,9 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--result", required=True)
     parser.add_argument("--mbi-shim", action="store_true")
+    parser.add_argument(
+        "--no-compress", action="store_true", help="dpmm: compress=False (no domain compression)"
+    )
     args = parser.parse_args()
     with open(args.domain) as fh:
         sizes = json.load(fh)

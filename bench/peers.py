@@ -27,6 +27,7 @@ for the same code (`code_commit`: the last commit touching jaxdp/, bench/*.py or
 pyproject.toml, `-dirty` if those have uncommitted changes), so a run can be resumed.
 
     PYTHONPATH=. python bench/peers.py --seeds 0 1 2 3 4 --out bench/results/peers_e2e_adult6.jsonl
+    PYTHONPATH=. python bench/peers.py --only jaxdp:gem dpmm+nocompress:aim --seeds 0 ... --out ...
     PYTHONPATH=. python bench/peers.py --table bench/results/peers_e2e_adult6.jsonl   # markdown
     PYTHONPATH=. python bench/peers.py --mode mbi-post ...   # issue #9's same-measurements check
 """
@@ -69,6 +70,8 @@ RUNS = (
     ("smartnoise+shim", "mst"),
     ("smartnoise", "mst"),
 )
+# run only when named in --only: dpmm's AIM without its default domain compression
+EXTRA_RUNS = (("dpmm+nocompress", "aim"),)
 
 # jaxdp's relation per mechanism (GEM supports replace-one only)
 JAXDP_RELATION = {"aim": "add-remove", "aim-gem": "add-remove", "gem": "replace-one"}
@@ -81,7 +84,7 @@ ASSUMPTIONS = {
     "dpmm": "add/remove (marginal L2 sensitivity 1, quality-score sensitivity = workload weight, as "
     "the AIM/MST papers); float Gaussian noise (NumPy RandomState); rho = cdp_rho(eps, delta); "
     "domain passed to fit() (without it dpmm infers max+1 from the private data); processing "
-    "disabled (table already integer-coded); compress=True (library default)",
+    "disabled (table already integer-coded); compress=True (library default; False for dpmm+nocompress)",
     "smartnoise": "add/remove (as the AIM/MST papers); float Gaussian noise (NumPy global "
     "generator); rho = cdp_rho(eps, delta); domain declared through a TableTransformer fitted on "
     "a public frame listing every code (fitting it on the data would read the categories off "
@@ -210,6 +213,8 @@ def run_peer(library: str, mechanism: str, seed: int, table: str, domain: str, r
     ]
     if library.endswith("+shim"):
         cmd.append("--mbi-shim")
+    if library.endswith("+nocompress"):
+        cmd.append("--no-compress")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, timeout=3600)
@@ -220,7 +225,8 @@ def run_peer(library: str, mechanism: str, seed: int, table: str, domain: str, r
             res = json.load(fh)
     except (OSError, json.JSONDecodeError):
         return row | {"ok": False, "error": f"runner exited {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
-    row |= {k: res[k] for k in ("fit_s", "sample_s", "settings", "error", "versions", "mbi_shim") if k in res}
+    row |= {k: res[k] for k in ("fit_s", "sample_s", "settings", "error", "mbi_shim") if k in res}
+    row["runner_versions"] = res.get("versions")  # "versions" is jaxdp's environment (Recorder)
     return row | {"ok": bool(res.get("ok")), "synthetic": out if res.get("ok") else None}
 
 
@@ -251,8 +257,10 @@ def run_all(args) -> None:
         write_table(data, tmp, "adult6")
         table, domain = os.path.join(tmp, "adult6.csv"), os.path.join(tmp, "adult6-domain.json")
         for seed in args.seeds:
-            for library, mechanism in RUNS:
+            for library, mechanism in RUNS + EXTRA_RUNS:
                 if (library, mechanism, seed) in done or (only and f"{library}:{mechanism}" not in only):
+                    continue
+                if (library, mechanism) in EXTRA_RUNS and not only:
                     continue
                 if library != "jaxdp" and not os.path.exists(PEERS_PYTHON):
                     continue
@@ -305,7 +313,7 @@ def summary(path: str) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (library, mechanism, relation), rs in sorted(
-        groups.items(), key=lambda kv: (RUNS.index(kv[0][:2]), kv[0])
+        groups.items(), key=lambda kv: ((RUNS + EXTRA_RUNS).index(kv[0][:2]), kv[0])
     ):
         ok = [r for r in rs if r["ok"]]
         commits = ",".join(sorted({str(r.get("code_commit")) for r in rs}))
