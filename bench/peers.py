@@ -1,220 +1,363 @@
-"""jaxdp's AIM pipeline next to Private-PGM's (`mbi`) on exactly the same measurements.
+"""End-to-end peers: jaxdp's AIM, AIM-GEM and GEM against SmartNoise's and dpmm's AIM and MST.
 
-Issue #9's side-by-side: jaxdp's AIM runs on the 6-attribute ADULT projection (age,
-education-num, marital-status, occupation, sex, income>50K; all 20 3-way marginals; epsilon 1,
-delta 1e-9, add-remove as in the paper; data from ../shared/data/private-pgm/, skipped with a
-message when absent). The noisy marginals it released (its final `AIMState.measurements`) are then
-post-processed two ways, and both are scored against the real table:
+Issue #17. One run, one table, one workload, one budget: the 6-attribute ADULT projection (age,
+education-num, marital-status, occupation, sex, income>50K; 48,842 records; data from
+../shared/data/private-pgm/, skipped with a message when absent), all 20 3-way marginals,
+epsilon 1, delta 1e-9, add/remove neighbours (the AIM paper's relation; what each peer assumes
+is recorded with its rows). Every run is a whole process, timed from outside (start, imports,
+data load, fit, sample, write):
 
-- jaxdp: the model AIM itself fitted (warm-started mirror descent over its rounds, early stop
-  tol 1e-2, mbi's algorithm in jaxdp's one compiled program, `families._junction`), its workload
-  marginals from the junction-tree beliefs in
-  host NumPy (`families.pgm.ModelMarginals`), its synthetic records from `jaxdp.release` (keyed
-  sampling, one compiled program). For a like-for-like estimator timing, jaxdp's estimator call
-  (`families.pgm.estimate`, the same tol) is also run from scratch on the final measurements.
-- mbi: plain `mbi.estimation.MirrorDescent().estimate` from scratch on the same measurements
-  (no early stop, AIM's final-round iteration count), workload marginals by the model's own
-  `project` (variable elimination outside the model's cliques), records by
-  `MarkovRandomField.synthetic_data` (randomized rounding, NumPy's global generator seeded).
+- jaxdp: `python -m jaxdp synth --mechanism {aim,aim-gem,gem} ... --relation R`, with an
+  empty compile cache per run (a fresh JAXDP_CACHE_DIR: first run, empty cache). R is
+  add-remove for AIM and AIM-GEM; GEM supports only replace-one (it refuses add-remove), so it
+  runs under replace-one, a different relation, and its rows say so.
+- peers: `bench/_peer_runner.py` under the peers' own environment (default /work/peers-venv,
+  `pip install -r bench/peers-requirements.txt`; it imports nothing from jaxdp), which also
+  reports its own fit and sample seconds. Each peer is given the declared domain.
+  `smartnoise+shim` is SmartNoise's own AIM/MST code with the module `mbi` aliased to dpmm's
+  vendored pre-2.0 Private-PGM (SmartNoise needs `mbi.FactoredInference`, which no `mbi` on
+  PyPI has; see _peer_runner.py); plain `smartnoise` is the package as installed.
 
-Each step is timed twice: "first" (includes JAX compiling) and "warm" (the same call again).
-Errors are AIM's workload error, the mean over workload marginals of the L1 distance between
-normalised marginals (`jaxdp.evaluate`), of the fitted model and of the synthetic records (n rows).
-The installed mbi (2.0) ships no mechanism scripts, so mbi's own AIM is not re-timed here; the
-issue's figures for it (mbi 305 s for 0.168, dpmm 223 s for 0.160) were measured elsewhere.
+Every synthetic table (48,842 rows for all) is scored by jaxdp's `evaluate.workload_errors` on
+the same workload: mean over the 20 marginals of the L1 distance between normalised marginals,
+and the max absolute cell error. Seeds are interleaved (seed 0: every library, then seed 1, ...)
+so host load falls on all alike; the 1-minute load average is recorded before and after each
+run. One JSON record per (library, mechanism, seed); re-running skips records already in --out
+for the same code (`code_commit`: the last commit touching jaxdp/, bench/*.py or
+pyproject.toml, `-dirty` if those have uncommitted changes), so a run can be resumed.
 
-    PYTHONPATH=. python bench/peers.py [--seeds 0 1 2] [--out bench/results/peers_adult6.jsonl]
+    PYTHONPATH=. python bench/peers.py --seeds 0 1 2 3 4 --out bench/results/peers_e2e_adult6.jsonl
+    PYTHONPATH=. python bench/peers.py --only jaxdp:gem dpmm+nocompress:aim --seeds 0 ... --out ...
+    PYTHONPATH=. python bench/peers.py --table bench/results/peers_e2e_adult6.jsonl   # markdown
+    PYTHONPATH=. python bench/peers.py --mode mbi-post ...   # issue #9's same-measurements check
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
-from importlib import metadata
-from typing import Any
+from collections import defaultdict
 
-import jax
 import numpy as np
-from _common import Recorder, block, load_average
-from bench_aim import SIX, load_adult
+from _common import Recorder, load_average
+from bench_aim import SIX, load_adult, write_table
 
-import jaxdp
 from jaxdp import evaluate
 from jaxdp.domain import Dataset
-from jaxdp.families import pgm
 from jaxdp.queries import all_kway
 
 EPSILON, DELTA = 1.0, 1e-9
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PEERS_PYTHON = os.environ.get("PEERS_PYTHON", "/work/peers-venv/bin/python")
 
-
-def first_and_warm(fn: Callable[[], Any]) -> tuple[Any, float, float]:
-    """(result, seconds of the first call, seconds of a second identical call)."""
-    times, result = [], None
-    for _ in range(2):
-        start = time.perf_counter()
-        result = block(fn())
-        times.append(time.perf_counter() - start)
-    return result, times[0], times[1]
-
-
-def model_error(real_fractions: np.ndarray, counts: np.ndarray, workload) -> float:
-    """Mean L1 workload error of model marginals (counts, one block per marginal)."""
-    blocks = np.split(np.asarray(counts, np.float64), np.asarray(workload.offsets[1:]))
-    normalised = np.concatenate([b / max(b.sum(), 1e-300) for b in blocks])
-    return evaluate.answer_errors(real_fractions, normalised, workload)["mean_l1"]
-
-
-def run_jaxdp(data: Dataset, workload, seed: int, fractions: np.ndarray) -> tuple[dict, Any, Any]:
-    start = time.perf_counter()
-    mech = jaxdp.aim(data, workload, epsilon=EPSILON, delta=DELTA)
-    key = jax.random.key(seed)
-    state = jaxdp.run(mech, key).state
-    aim_s = time.perf_counter() - start
-    n = len(data)
-    cliques = workload.cliques
-    counts, marg_first, marg_warm = first_and_warm(lambda: pgm.ModelMarginals(state.model).counts(cliques))
-    codes, synth_first, synth_warm = first_and_warm(lambda: jaxdp.release(mech, state, key, rows=n))
-    refit, fit_first, fit_warm = first_and_warm(
-        lambda: pgm.estimate(
-            data.domain.sizes,
-            state.measurements,
-            total=None,
-            iters=mech.model.final_iters,
-            tol=mech.model.tol,
-        )
-    )
-    refit_counts = pgm.ModelMarginals(refit).counts(cliques)
-    row = {
-        "aim_run_s": aim_s,
-        "rounds": int(state.rounds_done),
-        "measurements": len(state.measurements),
-        "fit_first_s": fit_first,
-        "fit_warm_s": fit_warm,
-        "marginals_first_s": marg_first,
-        "marginals_warm_s": marg_warm,
-        "synthetic_first_s": synth_first,
-        "synthetic_warm_s": synth_warm,
-        "model_mean_l1": model_error(fractions, counts, workload),
-        "refit_model_mean_l1": model_error(fractions, refit_counts, workload),
-        "synthetic_mean_l1": evaluate.workload_errors(
-            data, Dataset.from_codes(data.domain, np.asarray(codes)), workload
-        )["mean_l1"],
-    }
-    return row, mech, state
-
-
-def run_mbi(data: Dataset, workload, seed: int, fractions: np.ndarray, mech, state) -> dict:
-    mbi = pgm.require_mbi()
-    domain = pgm.mbi_domain(data.domain.sizes)
-    measured = [
-        mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), tuple(m.clique), float(m.sigma))
-        for m in state.measurements
-    ]
-    estimator = mbi.estimation.MirrorDescent()
-    model, fit_first, fit_warm = first_and_warm(
-        lambda: estimator.estimate(domain, measured, iters=mech.model.final_iters)
-    )
-
-    def project_all():
-        return np.concatenate([np.ravel(model.project(c).datavector()) for c in workload.cliques])
-
-    counts, marg_first, marg_warm = first_and_warm(project_all)
-
-    def synthesize():
-        # synthetic_data draws from NumPy's legacy global generator: seed that one
-        np.random.seed(seed)  # noqa: NPY002
-        table = model.synthetic_data(rows=len(data))
-        return np.stack([np.asarray(table.data[a]) for a in range(len(data.domain.sizes))], axis=1)
-
-    codes, synth_first, synth_warm = first_and_warm(synthesize)
-    return {
-        "fit_first_s": fit_first,
-        "fit_warm_s": fit_warm,
-        "marginals_first_s": marg_first,
-        "marginals_warm_s": marg_warm,
-        "synthetic_first_s": synth_first,
-        "synthetic_warm_s": synth_warm,
-        "model_mean_l1": model_error(fractions, counts, workload),
-        "synthetic_mean_l1": evaluate.workload_errors(data, Dataset.from_codes(data.domain, codes), workload)[
-            "mean_l1"
-        ],
-    }
-
-
-COLUMNS = (
-    ("fit s (first / warm)", "fit_first_s", "fit_warm_s"),
-    ("workload marginals s (first / warm)", "marginals_first_s", "marginals_warm_s"),
-    ("synthetic records s (first / warm)", "synthetic_first_s", "synthetic_warm_s"),
+# (library, mechanism), in the order each seed runs them
+RUNS = (
+    ("jaxdp", "aim"),
+    ("dpmm", "aim"),
+    ("smartnoise+shim", "aim"),
+    ("smartnoise", "aim"),
+    ("jaxdp", "aim-gem"),
+    ("jaxdp", "gem"),
+    ("dpmm", "mst"),
+    ("smartnoise+shim", "mst"),
+    ("smartnoise", "mst"),
 )
+# run only when named in --only: dpmm's AIM without its default domain compression
+EXTRA_RUNS = (("dpmm+nocompress", "aim"),)
+
+# jaxdp's relation per mechanism (GEM supports replace-one only)
+JAXDP_RELATION = {"aim": "add-remove", "aim-gem": "add-remove", "gem": "replace-one"}
+
+# What each library assumes, from its code (recorded with every row).
+ASSUMPTIONS = {
+    "jaxdp": "relation passed explicitly (--relation; add-remove for aim and aim-gem, replace-one for "
+    "gem, its only relation); discrete Gaussian and "
+    "exact exponential mechanism; zCDP to (eps, delta) by the exact conversion; domain declared",
+    "dpmm": "add/remove (marginal L2 sensitivity 1, quality-score sensitivity = workload weight, as "
+    "the AIM/MST papers); float Gaussian noise (NumPy RandomState); rho = cdp_rho(eps, delta); "
+    "domain passed to fit() (without it dpmm infers max+1 from the private data); processing "
+    "disabled (table already integer-coded); compress=True (library default; False for dpmm+nocompress)",
+    "smartnoise": "add/remove (as the AIM/MST papers); float Gaussian noise (NumPy global "
+    "generator); rho = cdp_rho(eps, delta); domain declared through a TableTransformer fitted on "
+    "a public frame listing every code (fitting it on the data would read the categories off "
+    "the private table); workload built by the library itself (all degree-3 marginals)",
+}
 
 
-def table(rows: list[dict]) -> str:
-    lines = [
-        "| seed | pipeline | " + " | ".join(c[0] for c in COLUMNS) + " | model mean L1 | synthetic mean L1 |",
-        "|---" * (len(COLUMNS) + 4) + "|",
+def peer_versions() -> dict | None:
+    """Versions installed in the peers' environment (recorded in every record, jaxdp's included)."""
+    if not os.path.exists(PEERS_PYTHON):
+        return None
+    code = (
+        "import json, sys; from importlib import metadata as m\n"
+        "out = {'python': sys.version.split()[0]}\n"
+        "for d in ('smartnoise-synth', 'smartnoise-sql', 'dpmm', 'mbi', 'numpy', 'pandas', 'scipy',\n"
+        "          'torch', 'opendp'):\n"
+        "    try: out[d] = m.version(d)\n"
+        "    except m.PackageNotFoundError: out[d] = None\n"
+        "print(json.dumps(out))"
+    )
+    proc = subprocess.run([PEERS_PYTHON, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout)
+
+
+def code_commit() -> str | None:
+    """Last commit touching the measured code (not bench/results), `-dirty` if it has local edits."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout.strip()
+
+    paths = ["jaxdp", "bench/*.py", "pyproject.toml"]
+    try:
+        commit = git("log", "-1", "--format=%h", "--", *paths)
+        dirty = git("status", "--porcelain", "--", *paths)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("-dirty" if dirty else "")
+
+
+def done_keys(path: str | None, commit: str | None) -> set[tuple[str, str, int]]:
+    if not path or not os.path.exists(path):
+        return set()
+    keys = set()
+    with open(path) as fh:
+        for line in fh:
+            r = json.loads(line)
+            if r.get("kernel") == "peers_e2e_adult6" and r.get("code_commit") == commit:
+                keys.add((r["library"], r["mechanism"], r["seed"]))
+    return keys
+
+
+def run_jaxdp(mechanism: str, seed: int, table: str, domain: str, rows: int, work: str) -> dict:
+    out, report = os.path.join(work, "synth.csv"), os.path.join(work, "report.json")
+    cache = tempfile.mkdtemp(prefix="jaxdp-cache-", dir=work)
+    cmd = [
+        sys.executable,
+        "-m",
+        "jaxdp",
+        "synth",
+        "--mechanism",
+        mechanism,
+        "--epsilon",
+        str(EPSILON),
+        "--delta",
+        str(DELTA),
+        "--data",
+        table,
+        "--domain",
+        domain,
+        "--workload",
+        "all-3way",
+        "--relation",
+        JAXDP_RELATION[mechanism],
+        "--seed",
+        str(seed),
+        "--rows",
+        str(rows),
+        "--out",
+        out,
+        "--report",
+        report,
     ]
-    for r in rows:
-        for name in ("jaxdp", "mbi"):
-            p = r[name]
-            times = " | ".join(f"{p[a]:.2f} / {p[b]:.2f}" for _, a, b in COLUMNS)
-            model = f"{p['model_mean_l1']:.4f}"
-            if "refit_model_mean_l1" in p:
-                model += f" (refit {p['refit_model_mean_l1']:.4f})"
-            errors = f"{model} | {p['synthetic_mean_l1']:.4f}"
-            lines.append(f"| {r['seed']} | {name} | {times} | {errors} |")
+    env = dict(os.environ, JAXDP_CACHE_DIR=cache, PYTHONPATH=ROOT)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
+    wall = time.perf_counter() - start
+    row = {"wall_s": wall, "command": " ".join(cmd[1:]), "cache": "fresh empty JAXDP_CACHE_DIR"}
+    if proc.returncode != 0:
+        return row | {"ok": False, "error": proc.stderr.strip()[-2000:]}
+    with open(report) as fh:
+        rep = json.load(fh)
+    keep = ("relation", "rho_spent", "rho_budget", "epsilon_spent", "seconds", "conversion", "noise")
+    summary = {k: rep[k] for k in keep if k in rep}
+    if isinstance(rep.get("ledger"), list):
+        summary["ledger_entries"] = len(rep["ledger"])
+    return row | {"ok": True, "synthetic": out, "report": summary}
+
+
+def run_peer(library: str, mechanism: str, seed: int, table: str, domain: str, rows: int, work: str) -> dict:
+    out, result = os.path.join(work, "synth.csv"), os.path.join(work, "result.json")
+    cmd = [
+        PEERS_PYTHON,
+        os.path.join(HERE, "_peer_runner.py"),
+        "--library",
+        library.split("+")[0],
+        "--mechanism",
+        mechanism,
+        "--data",
+        table,
+        "--domain",
+        domain,
+        "--epsilon",
+        str(EPSILON),
+        "--delta",
+        str(DELTA),
+        "--seed",
+        str(seed),
+        "--rows",
+        str(rows),
+        "--out",
+        out,
+        "--result",
+        result,
+    ]
+    if library.endswith("+shim"):
+        cmd.append("--mbi-shim")
+    if library.endswith("+nocompress"):
+        cmd.append("--no-compress")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, timeout=3600)
+    wall = time.perf_counter() - start
+    row = {"wall_s": wall, "command": " ".join(cmd[1:])}
+    try:
+        with open(result) as fh:
+            res = json.load(fh)
+    except (OSError, json.JSONDecodeError):
+        return row | {"ok": False, "error": f"runner exited {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
+    row |= {k: res[k] for k in ("fit_s", "sample_s", "settings", "error", "mbi_shim") if k in res}
+    row["runner_versions"] = res.get("versions")  # "versions" is jaxdp's environment (Recorder)
+    return row | {"ok": bool(res.get("ok")), "synthetic": out if res.get("ok") else None}
+
+
+def score(data: Dataset, workload, path: str) -> dict:
+    codes = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+    sizes = np.asarray(data.domain.sizes)
+    if codes.shape[1] != len(sizes) or (codes < 0).any() or (codes >= sizes).any():
+        raise ValueError(f"synthetic table of shape {codes.shape} has codes outside the declared domain")
+    errors = evaluate.workload_errors(data, Dataset.from_codes(data.domain, codes.astype(np.int32)), workload)
+    return {"rows": len(codes), "mean_l1": errors["mean_l1"], "max_abs": errors["max_abs"]}
+
+
+def run_all(args) -> None:
+    data = load_adult(6)
+    if data is None:
+        return
+    if not os.path.exists(PEERS_PYTHON):
+        print(f"peers: {PEERS_PYTHON} missing; the peers are skipped (see bench/README.md)", file=sys.stderr)
+    workload = all_kway(data.domain.sizes, 3)
+    recorder = Recorder(args.out)
+    commit = code_commit()
+    versions = peer_versions()
+    done = done_keys(args.out, commit)
+    sizes = {"attributes": list(SIX), "records": len(data), "marginals": len(workload)}
+    rows = len(data)
+    only = set(args.only) if args.only else None
+    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
+        write_table(data, tmp, "adult6")
+        table, domain = os.path.join(tmp, "adult6.csv"), os.path.join(tmp, "adult6-domain.json")
+        for seed in args.seeds:
+            for library, mechanism in RUNS + EXTRA_RUNS:
+                if (library, mechanism, seed) in done or (only and f"{library}:{mechanism}" not in only):
+                    continue
+                if (library, mechanism) in EXTRA_RUNS and not only:
+                    continue
+                if library != "jaxdp" and not os.path.exists(PEERS_PYTHON):
+                    continue
+                work = tempfile.mkdtemp(prefix=f"{library}-{mechanism}-{seed}-", dir=tmp)
+                load_before = load_average()
+                if library == "jaxdp":
+                    row = run_jaxdp(mechanism, seed, table, domain, rows, work)
+                else:
+                    row = run_peer(library, mechanism, seed, table, domain, rows, work)
+                load_after = load_average()
+                synthetic = row.pop("synthetic", None)
+                if row["ok"]:
+                    try:
+                        row |= score(data, workload, synthetic)
+                    except Exception as exc:  # a peer's output that cannot be scored is a failure
+                        row |= {"ok": False, "error": f"scoring: {type(exc).__name__}: {exc}"}
+                shutil.rmtree(work, ignore_errors=True)
+                recorder.emit(
+                    "peers_e2e_adult6",
+                    sizes,
+                    library=library,
+                    mechanism=mechanism,
+                    seed=seed,
+                    epsilon=EPSILON,
+                    delta=DELTA,
+                    relation=JAXDP_RELATION[mechanism] if library == "jaxdp" else "add-remove",
+                    assumes=ASSUMPTIONS[library.split("+")[0]],
+                    code_commit=commit,
+                    peer_versions=versions,
+                    load_avg_before=load_before,
+                    load_avg_after=load_after,
+                    **row,
+                )
+
+
+def summary(path: str) -> str:
+    """Markdown table of a results file: per (library, mechanism), over the seeds it completed."""
+    with open(path) as fh:
+        records = [json.loads(line) for line in fh]
+    records = [r for r in records if r.get("kernel") == "peers_e2e_adult6"]
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["library"], r["mechanism"], r.get("relation", "add-remove"))].append(r)
+    base = [r for r in groups.get(("jaxdp", "aim", "add-remove"), []) if r["ok"]]
+    base_time = statistics.median(r["wall_s"] for r in base) if base else None
+    base_l1 = statistics.mean(r["mean_l1"] for r in base) if base else None
+    lines = [
+        "| library | mechanism | relation | seeds ok / run | median wall s | time / jaxdp AIM "
+        "| mean L1 (mean ± sd) | L1 / jaxdp AIM | max error (mean) | commits | failures |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (library, mechanism, relation), rs in sorted(
+        groups.items(), key=lambda kv: ((RUNS + EXTRA_RUNS).index(kv[0][:2]), kv[0])
+    ):
+        ok = [r for r in rs if r["ok"]]
+        commits = ",".join(sorted({str(r.get("code_commit")) for r in rs}))
+        failures = sorted({r["error"].splitlines()[-1][:120] for r in rs if not r["ok"]})
+        if ok:
+            t = statistics.median(r["wall_s"] for r in ok)
+            l1 = [r["mean_l1"] for r in ok]
+            sd = statistics.stdev(l1) if len(l1) > 1 else 0.0
+            mx = statistics.mean(r["max_abs"] for r in ok)
+            ratio_t = f"{t / base_time:.1f}x" if base_time else "-"
+            ratio_l1 = f"{statistics.mean(l1) / base_l1:.2f}" if base_l1 else "-"
+            cells = f"{t:.1f} | {ratio_t} | {statistics.mean(l1):.4f} ± {sd:.4f} | {ratio_l1} | {mx:.4f}"
+        else:
+            cells = "- | - | - | - | -"
+        lines.append(
+            f"| {library} | {mechanism} | {relation} | {len(ok)} / {len(rs)} | {cells} | {commits} | "
+            f"{'; '.join(failures) or '-'} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("e2e", "mbi-post"), default="e2e")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--out", default=None, help="append JSON lines to this file")
-    args = parser.parse_args()
-    try:
-        pgm.require_mbi()
-    except ImportError:
-        print(
-            "peers: skipped, mbi is not installed (pip install 'mbi>=2.0', or pip install -e '.[pgm]' here)",
-            file=sys.stderr,
-        )
-        return
-    data = load_adult(6)
-    if data is None:
-        return
-    workload = all_kway(data.domain.sizes, 3)
-    fractions = evaluate.fractions(data, workload)
-    recorder = Recorder(args.out)
-    sizes = {"attributes": list(SIX), "records": len(data), "marginals": len(workload)}
-    rows = []
-    for seed in args.seeds:
-        ours, mech, state = run_jaxdp(data, workload, seed, fractions)
-        theirs = run_mbi(data, workload, seed, fractions, mech, state)
-        rows.append({"seed": seed, "jaxdp": ours, "mbi": theirs})
-        recorder.emit(
-            "peers_aim_adult6",
-            sizes,
-            seed=seed,
-            epsilon=EPSILON,
-            delta=DELTA,
-            iters=mech.iters,
-            final_iters=mech.final_iters,
-            tol=mech.tol,
-            jaxdp=ours,
-            mbi=theirs,
-            mbi_version=metadata.version("mbi"),
-            load_avg=load_average(),
-            xla_flags=os.environ.get("XLA_FLAGS"),
-        )
-    print(table(rows))
-    print(
-        "jaxdp: fit = its estimator from scratch on AIM's final measurements (tol early stop); "
-        "marginals, records and model error = the model AIM fitted in its run (refit: the "
-        "from-scratch model's error). mbi: plain MirrorDescent from scratch, project, "
-        "synthetic_data."
+    parser.add_argument("--out", default=None, help="append JSON lines to this file (and resume from it)")
+    parser.add_argument("--only", nargs="+", help="library:mechanism pairs to run (default: all)")
+    parser.add_argument(
+        "--table", metavar="JSONL", help="print the markdown summary of a results file and exit"
     )
+    args, rest = parser.parse_known_args()
+    if args.table:
+        print(summary(args.table))
+        return
+    if args.mode == "mbi-post":
+        import peers_mbi_post
+
+        peers_mbi_post.main(
+            ["--seeds", *map(str, args.seeds), *(["--out", args.out] if args.out else []), *rest]
+        )
+        return
+    run_all(args)
+    if args.out:
+        print(summary(args.out))
 
 
 if __name__ == "__main__":
