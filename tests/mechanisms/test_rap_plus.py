@@ -17,6 +17,7 @@ from jaxdp.queries import (
     MixedMarginalQueries,
     all_kway,
     linear_threshold_answers,
+    marginal_counts,
     mixed_marginal_answers,
     random_linear_thresholds,
     relaxed_linear_threshold_answers,
@@ -110,7 +111,7 @@ def test_each_class_score_and_measurement_sensitivity_holds_on_neighbours():
     def answers(d):
         mm = np.asarray(mixed_marginal_answers(d.codes, d.numeric, mixed)) / n
         lt = np.asarray(linear_threshold_answers(d.codes, d.numeric, linear)) / n
-        cells = np.asarray(jaxdp.mechanisms._common.fractions(jnp.asarray(d.codes), workload))
+        cells = np.asarray(marginal_counts(jnp.asarray(d.codes), workload, jnp.int32)) / n
         return mm, lt, cells
 
     base = answers(data)
