@@ -280,10 +280,8 @@ def _quantised_gaps(scores: Array, sensitivity: float, mask: Array | None) -> tu
     scaled = jnp.clip(
         scores.astype(jnp.float32) * jnp.float32(GRID_STEPS / sensitivity), -_SCORE_LIMIT, _SCORE_LIMIT
     )
-    quantised = jnp.floor(scaled).astype(jnp.int32)
-    eligible = jnp.ones(quantised.shape, bool) if mask is None else jnp.asarray(mask, bool)
-    best = jnp.max(jnp.where(eligible, quantised, -_SCORE_LIMIT))
-    return jnp.where(eligible, best - quantised, 0).astype(jnp.uint32), eligible
+    # within +-2^23 steps, so `_grid_gaps`' clip and floor at best - 2^30 leave them as they are
+    return _grid_gaps(jnp.floor(scaled).astype(jnp.int32), mask)
 
 
 def _grid_gaps(steps: Array, mask: Array | None) -> tuple[Array, Array]:
@@ -368,8 +366,7 @@ def discrete_top_k(
     scale = _static_positive(scale, "scale")
     sensitivity = _static_positive(sensitivity, "sensitivity")
     x = _reveal(scores, "scores")
-    if not isinstance(k, int) or not 1 <= k <= x.shape[-1]:
-        raise ValueError(f"k must be an integer in [1, {x.shape[-1]}] (the candidates), got {k!r}")
+    k = _check_k(k, x.shape[-1])
     rate = _selection_rate(scale, sensitivity)
     chosen = _sequential_picks(key, lambda ok: _quantised_gaps(x, sensitivity, ok), k, rate, x.shape, mask)
     return chosen, _charge("discrete_top_k", sensitivity, scale, k)

@@ -236,41 +236,16 @@ class Rule:
             quantisation allowance (`noise.discrete_exponential`) or Gumbel-max (float).
         """
         if self.noise == "discrete" and self.exact:
-            steps = counts.map(lambda c: self.grid_scores(c, current, n_records, workload))
-            if self.k == 1:
-                chosen, charge = noise_module.select_grid(
-                    key,
-                    steps,
-                    scale=self.scale,
-                    sensitivity=self.sensitivity,
-                    noise=self.noise,
-                    mask=eligible,
-                )
-                return chosen[None], charge
-            return noise_module.select_top_k_grid(
-                key,
-                steps,
-                k=self.k,
-                scale=self.scale,
-                sensitivity=self.sensitivity,
-                noise=self.noise,
-                mask=eligible,
-            )
-        scores = counts.map(lambda c: self.scores(c / n_records, current, workload))
+            scores = counts.map(lambda c: self.grid_scores(c, current, n_records, workload))
+            pick_one, pick_k = noise_module.select_grid, noise_module.select_top_k_grid
+        else:
+            scores = counts.map(lambda c: self.scores(c / n_records, current, workload))
+            pick_one, pick_k = noise_module.select, noise_module.select_top_k
+        settings = dict(scale=self.scale, sensitivity=self.sensitivity, noise=self.noise, mask=eligible)
         if self.k == 1:
-            chosen, charge = noise_module.select(
-                key, scores, scale=self.scale, sensitivity=self.sensitivity, noise=self.noise, mask=eligible
-            )
+            chosen, charge = pick_one(key, scores, **settings)
             return chosen[None], charge
-        return noise_module.select_top_k(
-            key,
-            scores,
-            k=self.k,
-            scale=self.scale,
-            sensitivity=self.sensitivity,
-            noise=self.noise,
-            mask=eligible,
-        )
+        return pick_k(key, scores, k=self.k, **settings)
 
 
 @pytree_dataclass
