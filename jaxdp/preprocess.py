@@ -88,7 +88,8 @@ def prepare(
         mechanism = binning.quantile_measurement(
             table, private, rho=plan.share(share), relation=relation, noise=noise
         )
-        run = loop.run(mechanism, preprocess_key(key))
+        # a registry mechanism: checked for key reuse by the test suite, not on every release
+        run = loop.run(mechanism, preprocess_key(key), check_keys=False)
         cuts.update(binning.split_cuts(private, np.asarray(run.state.noisy_answers)))
         label = "private binning: fine histograms of " + ", ".join(c.name for c in private)
         ledger = [dataclasses.replace(e, round=-1, label=label) for e in run.ledger]

@@ -266,14 +266,11 @@ class AIM(AnnealedSelection):
     def model_counts(self, state: AIMState, mask: np.ndarray) -> np.ndarray:
         """(candidates.n_queries,) counts of every masked candidate under the state's model (0
         elsewhere)."""
-        chosen = np.flatnonzero(mask)
+        mask = np.asarray(mask, bool)
         out = np.zeros(self.candidates.n_queries, np.float32)
-        flat = self.counts(state, [self.candidates.cliques[i] for i in chosen])
-        start = 0
-        for i in chosen:
-            span = self._span(i)
-            out[span] = flat[start : start + span.stop - span.start]
-            start += span.stop - span.start
+        # the candidates' spans are contiguous and in candidate order, as `counts` concatenates
+        flat = self.counts(state, [self.candidates.cliques[i] for i in np.flatnonzero(mask)])
+        out[np.repeat(mask, self.candidates.cells)] = flat
         return out
 
     def _adaptive_round(self, state: AIMState, key: Key) -> tuple[AIMState, RoundInfo]:
