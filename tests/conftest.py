@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import jax
@@ -16,6 +19,49 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # tests/test_compile_cache.py turns it on, in subprocesses, with a cache directory of its own.
 os.environ["JAXDP_NO_COMPILE_CACHE"] = "1"
 
+# The suite compiles the same programs many times over: every test builds fresh mechanisms (new
+# closures, so JAX's in-memory caches miss) and each module's caches are dropped (below). JAX's
+# persistent cache, in a directory of this test process's own (one per xdist worker: JAX writes
+# entries without a lock) that is removed at exit, serves the repeats. It holds programs compiled
+# from the tests' synthetic tables only. Off with JAXDP_TEST_COMPILE_CACHE=0; tests that count
+# compilations count the programs it serves too (`programs_built`).
+TEST_CACHE_ENV = "JAXDP_TEST_COMPILE_CACHE"
+
+
+def pytest_configure(config):
+    if os.environ.get(TEST_CACHE_ENV, "1").strip().lower() in ("0", "false", "no"):
+        return
+    directory = tempfile.mkdtemp(prefix="jaxdp-test-xla-")
+    config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+@contextlib.contextmanager
+def programs_built():
+    """A list that collects one entry per program XLA compiles, or loads from the persistent
+    cache, inside the block: a program the run had to build, whichever cache served it."""
+    from jax import monitoring
+
+    built: list[str] = []
+
+    def on_compile(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            built.append("compiled")
+
+    def on_event(event, **_):
+        if event == "/jax/compilation_cache/cache_hits":
+            built.append("loaded from the persistent cache")
+
+    monitoring.register_event_duration_secs_listener(on_compile)
+    monitoring.register_event_listener(on_event)
+    try:
+        yield built
+    finally:
+        monitoring.unregister_event_duration_listener(on_compile)
+        monitoring.unregister_event_listener(on_event)
+
+
 # ../shared/data beside the checkout; JAXDP_SHARED_DATA points elsewhere (a git worktree whose
 # parent holds no shared/).
 SHARED_DATA = Path(
@@ -24,7 +70,7 @@ SHARED_DATA = Path(
 
 
 # The quick tier (`python -m pytest`) leaves out the tests listed in full_tier.txt; they carry the
-# `full` marker and run with `python -m pytest -m full`.
+# `full` marker and run, with the `slow` tests, as `python -m pytest -m "full or slow"`.
 FULL_TIER = Path(__file__).with_name("full_tier.txt")
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxdp.families import pgm
+from tests.conftest import programs_built
 
 mbi = pgm.require_mbi()
 
@@ -215,23 +216,12 @@ def test_tree_program_computes_exact_marginals(pairs):
 def test_estimate_compiles_once_whatever_the_cliques():
     """Five fits on five different clique sets (forest, cycle, nested, ...) reuse the program the
     first compiled: the junction tree travels as data, not as program structure."""
-    from jax import monitoring
-
-    compiles = []
-
-    def listen(event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(duration)
-
     sizes = (3, 4, 2, 5, 3)
     pgm.estimate(sizes, _measurements(()), total=None, iters=50)
-    monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with programs_built() as built:
         for pairs in [*STRUCTURES[:3], ((0, 4), (1, 3)), ((0, 1, 2, 3),)]:
             pgm.estimate(sizes, _measurements(pairs), total=None, iters=50)
-    finally:
-        monitoring.unregister_event_duration_listener(listen)
-    assert compiles == []
+    assert built == []
 
 
 def test_scale_grows_with_the_model_and_holds_every_array():

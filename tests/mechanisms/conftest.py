@@ -99,9 +99,19 @@ CASES = [
     for relation in ("replace-one", "add-remove")
     if relation == "replace-one" or name not in REPLACE_ONE_ONLY
 ]
+# The quick tier runs the contract on every mechanism under its default relation (AIM's and
+# AIM-GEM's is add-remove); option variants and second relations run in the full tier.
+VARIANTS = {"mwem-single-query", "pep-single-query", "fem-milp"}
+DEFAULT_ADD_REMOVE = {"aim", "aim-gem"}
 
 
-@pytest.fixture(params=CASES, ids=[f"{n}-{r}" for n, r in CASES])
+def _case_param(name: str, relation: str):
+    default = "add-remove" if name in DEFAULT_ADD_REMOVE else "replace-one"
+    marks = [pytest.mark.full] if name in VARIANTS or relation != default else []
+    return pytest.param((name, relation), marks=marks, id=f"{name}-{relation}")
+
+
+@pytest.fixture(params=[_case_param(n, r) for n, r in CASES])
 def build(request):
     name, relation = request.param
 

@@ -12,6 +12,7 @@ import jaxdp
 from jaxdp import audit, loop
 from jaxdp.families import pgm
 from jaxdp.queries import all_kway, marginal_counts
+from tests.conftest import programs_built
 
 from .conftest import tiny_dataset
 
@@ -144,26 +145,15 @@ def test_a_run_compiles_nothing_per_round():
     other junction trees) compiles nothing: the fit's shapes do not follow the measured cliques
     and the measurements share one padded length. The old per-clique-set fit compiled a program
     for every new set of measured cliques."""
-    from jax import monitoring
-
     mech = _aim(epsilon=30.0, max_rounds=10)
     loop.run(mech, jax.random.key(0))
-    compiles = []
-
-    def listen(event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(duration)
-
-    monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with programs_built() as built:
         state = loop.run(mech, jax.random.key(1)).state
-    finally:
-        monitoring.unregister_event_duration_listener(listen)
     clique_sets = {
         frozenset(m.clique for m in state.measurements[: i + 1]) for i in range(len(state.measurements))
     }
     assert len(clique_sets) >= 5  # the check has power: several distinct models were fitted
-    assert compiles == []
+    assert built == []
 
 
 def test_synthetic_records_agree_with_the_model_on_unmeasured_marginals():

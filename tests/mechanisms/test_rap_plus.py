@@ -233,11 +233,16 @@ def test_rap_plus_plus_fits_the_measured_thresholds_better_than_its_start():
     mixed = mech.classes[1].queries
     true = np.asarray(mixed_marginal_answers(data.codes, data.numeric, mixed)) / len(data)
 
+    # The 10 of the 200 candidate thresholds the two mixed rounds measured (the others are free).
+    measured = ~np.asarray(result.state.classes[1].eligible)
+    assert measured.sum() == 10
+
     def error(params):
         probs = MixedRows(DOMAIN.sizes, 2, 100).probabilities(params)
-        return np.abs(np.asarray(relaxed_mixed_marginal_answers(probs, params[1], mixed, None)) - true).mean()
+        answers = np.asarray(relaxed_mixed_marginal_answers(probs, params[1], mixed, None))
+        return np.abs(answers - true)[measured].mean()
 
-    assert error(result.state.params) < 0.5 * error(start.params)
+    assert error(result.state.params) < 0.2 * error(start.params)  # seeds 0-5: 0.02-0.05 of the start
 
 
 def test_categorical_only_data_runs_as_rap():

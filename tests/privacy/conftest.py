@@ -36,6 +36,19 @@ def _no_noise_scale(primitive: str, sensitivity: float) -> float:
     return 1e-9
 
 
+GRID_PRIMITIVES = ("grid_exponential", "grid_top_k")
+
+
+def _steps_in_declared_units(args: tuple, sensitivity_factor: float) -> tuple:
+    """A grid primitive's scores are integer steps of (declared sensitivity / GRID_STEPS), so
+    halving the declared sensitivity and the scale together leaves its law unchanged; the bug it
+    stands for shows in the caller's steps instead: measured in half-size units, each score is
+    twice as many steps and moves by 2 GRID_STEPS between neighbours. (key, steps, ...)"""
+    key, steps, *rest = args
+    factor = round(1.0 / sensitivity_factor)
+    return (key, steps.map(lambda s: s * factor), *rest)
+
+
 @pytest.fixture
 def broken_noise(monkeypatch):
     """`broken_noise(control)` patches every primitive of `jaxdp.noise` to draw with the scale
@@ -49,6 +62,8 @@ def broken_noise(monkeypatch):
             original = getattr(noise, name)
 
             def broken(*args, _name=name, _original=original, _argument=argument, **kwargs):
+                if _name in GRID_PRIMITIVES and sensitivity_factor != 1.0:
+                    return _original(*_steps_in_declared_units(args, sensitivity_factor), **kwargs)
                 scaled = scale_factor * kwargs[_argument]
                 kwargs["sensitivity"] = sensitivity_factor * kwargs["sensitivity"]
                 kwargs[_argument] = scaled if scaled > 0 else _no_noise_scale(_name, kwargs["sensitivity"])

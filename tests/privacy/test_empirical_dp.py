@@ -547,12 +547,13 @@ def _independent_bound(make, relation, n, delta, seed):
         np.testing.assert_array_equal(vmapped[i], np.asarray(result.state.noisy_answers))
     claim = accounting.epsilon_from_rho(jaxdp.rho_spent(results[0].ledger), delta, "exact")
 
-    scale = 1.0 if relation == "add-remove" else 1.0 / len(data)  # replace-one: n is public
+    # Independent measures counts (sensitivity and sigma in counts) and reports them as counts
+    # (add-remove) or fractions (replace-one, n public): scale is the unit of its answers.
+    scale = 1.0 if relation == "add-remove" else 1.0 / len(data)
     answers, answers_prime = _one_way_counts(CODES) * scale, _one_way_counts(neighbour) * scale
     # The neighbours are a worst case: the answers move by exactly the declared L2 sensitivity.
-    assert np.linalg.norm(answers_prime - answers) == pytest.approx(honest.sensitivity, rel=1e-12)
-    # In units of the honest sigma (in counts; the answers are counts * scale): D at 0, D' at
-    # +0.5, as for the Gaussian count.
+    assert np.linalg.norm(answers_prime - answers) == pytest.approx(honest.sensitivity * scale, rel=1e-12)
+    # In units of the honest sigma: D at 0, D' at +0.5, as for the Gaussian count.
     unit = honest.sigma * scale
     s = _independent_statistic(mech, answers, answers_prime, n, seed) / unit
     s_prime = _independent_statistic(mech_prime, answers, answers_prime, n, seed + 1) / unit
