@@ -15,8 +15,10 @@ def test_eight_simulated_devices():
         "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
         "JAX_PLATFORMS": "cpu",
     }
+    # -n 0: one process holding the 8 simulated devices (no xdist workers of its own)
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/multidevice/checks.py"],
+        [*command, "tests/multidevice/checks.py"],
         cwd=ROOT,
         env=env,
         capture_output=True,
