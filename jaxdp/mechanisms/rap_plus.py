@@ -134,16 +134,23 @@ class RapPlusInfo(NamedTuple):
     best_stage: Array
 
 
-STEPS = selection.GRID_STEPS_PER_COUNT  # grid steps per count of a score of sensitivity 1/n
+# Each class scores its candidates with a selection rule of `jaxdp.selection` (sensitivity 1/n in
+# fractions, 64 grid steps per count): marginals by their largest cell error, threshold queries
+# by their error.
+MARGINAL_RULE = selection.MaxError()
+QUERY_RULE = selection.QueryError()
 
 
-def _select_top_k(key: Key, true: Sensitive, float_scores, grid_scores, query_class, eligible: Array):
-    """The class's top-K selection on scores of sensitivity 1/n (fractions): under
-    noise="discrete" on `grid_scores`, int32 steps of 1 / (64 n) computed exactly (64 c against
-    the public round(64 n p); a replaced record moves each count by at most 1, so each cell's or
-    query's error and a maximum of them move by at most 64 steps: `noise.grid_top_k`, no
-    allowance; n < 2^24 from `private_codes` keeps 64 n in int32); under "float" Gumbel top-K on
-    `float_scores`, fractions."""
+def _select_top_k(
+    key: Key, true: Sensitive, rule: selection.Rule, current: Array, workload, query_class, eligible: Array
+):
+    """The class's top-K selection by `rule`'s scores of sensitivity 1/n (fractions): under
+    noise="discrete" on its `grid_scores`, int32 steps of 1 / (64 n) computed exactly (64 c
+    against the public round(64 n p); a replaced record moves each count by at most 1, so each
+    cell's or query's error and a maximum of them move by at most 64 steps: `noise.grid_top_k`,
+    no allowance; n < 2^24 from `private_codes` keeps 64 n in int32); under "float" Gumbel top-K
+    on its `scores`, fractions."""
+    n = query_class.n_records
     settings = dict(
         k=query_class.per_round,
         scale=query_class.select_scale,
@@ -152,8 +159,9 @@ def _select_top_k(key: Key, true: Sensitive, float_scores, grid_scores, query_cl
         mask=eligible,
     )
     if query_class.noise == "discrete":
-        return noise.select_top_k_grid(key, true.map(grid_scores), **settings)
-    return noise.select_top_k(key, true.map(float_scores), **settings)
+        steps = true.map(lambda c: rule.grid_scores(c, current, n, workload))
+        return noise.select_top_k_grid(key, steps, **settings)
+    return noise.select_top_k(key, true.map(lambda c: rule.scores(c / n, current, workload)), **settings)
 
 
 @pytree_dataclass
@@ -195,16 +203,8 @@ class _MarginalClass:
         """
         del r
         current = self.answers(probs, numeric, None)
-        n, workload = self.n_records, self.workload
         chosen, select_charge = _select_top_k(
-            stream_key(key, Stream.SELECT),
-            true,
-            lambda c: selection.max_cell_errors(c / n, current, workload),
-            lambda c: selection.max_cell_error_steps(
-                c, selection.answers_in_steps(current, n, STEPS), STEPS, workload
-            ),
-            self,
-            state.eligible,
+            stream_key(key, Stream.SELECT), true, MARGINAL_RULE, current, self.workload, self, state.eligible
         )
         index = self.padding.gather[chosen]  # padding points one past the end: dropped
         picked = true.map(lambda a: jnp.concatenate([a, jnp.zeros(1, a.dtype)])[index])
@@ -266,14 +266,8 @@ class _ThresholdClass:
             one Gaussian measurement; the noisy counts are divided by n afterwards.
         """
         current = self.answers(probs, numeric, None)  # hard thresholds: the answers we release
-        n = self.n_records
         chosen, select_charge = _select_top_k(
-            stream_key(key, Stream.SELECT),
-            true,
-            lambda c: jnp.abs(c / n - current),
-            lambda c: selection.cell_error_steps(c, selection.answers_in_steps(current, n, STEPS), STEPS),
-            self,
-            state.eligible,
+            stream_key(key, Stream.SELECT), true, QUERY_RULE, current, None, self, state.eligible
         )
         noisy, measure_charge = noise.measure_counts(
             stream_key(key, Stream.MEASURE),

@@ -159,7 +159,8 @@ def test_rule_scores_reach_but_never_exceed_grid_steps_on_adversarial_neighbours
 def test_rap_plus_and_fem_scores_are_the_rule_helpers_and_move_by_at_most_grid_steps(n):
     """RAP++ scores by `max_cell_error_steps` / `cell_error_steps` with 64 steps per count (checked
     above); FEM by +-(64 c - m): exact and within GRID_STEPS, at most."""
-    assert rap_plus.STEPS == STEPS == selection.GRID_STEPS_PER_COUNT
+    for rule in (rap_plus.MARGINAL_RULE, rap_plus.QUERY_RULE):
+        assert selection.steps_per_count(rule.unit_sensitivity) == STEPS == selection.GRID_STEPS_PER_COUNT
     rng = np.random.default_rng(7)
     for _ in range(20):
         counts = _random_counts(rng, WORKLOAD, n)
