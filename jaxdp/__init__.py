@@ -19,8 +19,6 @@ from jaxdp.loop import ManyResult, RunResult, jit_step, release, run, run_many
 from jaxdp.mechanisms import (
     AIM,
     Adaptive,
-    Gaussian,
-    Independent,
     adaptive,
     aim,
     aim_gem,
@@ -52,8 +50,6 @@ __all__ = [
     "DataError",
     "Dataset",
     "Domain",
-    "Gaussian",
-    "Independent",
     "LedgerEntry",
     "ManyResult",
     "MechanismSpec",

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxdp.domain import Categorical, Dataset, Domain
-from jaxdp.mechanisms import Independent, independent
+from jaxdp.mechanisms import Adaptive, independent
 from jaxdp.tables import NumericColumn, RawTable
 from jaxdp.types import Neighboring
 
@@ -148,7 +148,7 @@ def quantile_measurement(
     rho: float,
     relation: Neighboring,
     noise: str = "discrete",
-) -> Independent:
+) -> Adaptive:
     """The private measurement behind quantile bins: the Independent mechanism on the columns'
     fine-grid histograms (`fine_histograms`), which measures every histogram at once.
 

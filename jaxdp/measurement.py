@@ -2,80 +2,192 @@
 
 `GaussianCounts` adds Gaussian noise (exact discrete Gaussian by default) to the true int32
 counts of the candidates a selection rule picked, whole marginals or single counting queries,
-and divides the noisy counts by the public n afterwards (post-processing under replace-one). It
-hands the family a `Measured`: where the answers sit in the workload and their noisy values.
+and hands the family a `Measured`: where the answers sit in the class's queries, the noisy
+counts and the noise scale. Dividing by the public n under replace-one is the family's
+post-processing.
+
+`measure_on_host` is the same measurement for a mechanism driven from Python (AIM's filter),
+whose picks and noise scales are decided on the host round by round.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdp import noise as noise_module
 from jaxdp.accounting import MEASURE_PRIMITIVE, PlannedCharge
+from jaxdp.families.base import Measured
 from jaxdp.families.histogram import MarginalPadding
-from jaxdp.families.measured import Measured
+from jaxdp.families.pgm import padded_length
 from jaxdp.queries import MarginalWorkload
-from jaxdp.selection import MARGINALS
-from jaxdp.types import Array, Charge, Key, Sensitive, pytree_dataclass, static_field
+from jaxdp.types import (
+    MARGINALS,
+    QUERIES,
+    Array,
+    Charge,
+    Key,
+    Neighboring,
+    Sensitive,
+    pytree_dataclass,
+    static_field,
+)
+
+
+def count_sensitivity(candidates: str, k: int, relation: Neighboring) -> float:
+    """L2 sensitivity, in counts, of the counts of k picks measured together: one record touches
+    one cell of each marginal, so sqrt(k) under add-remove and sqrt(2 k) under replace-one (a
+    cell loses the record, another gains it); a single counting query moves by at most 1 under
+    either relation, so sqrt(k)."""
+    per_pick = 2.0 if candidates == MARGINALS and relation is Neighboring.REPLACE_ONE else 1.0
+    return math.sqrt(per_pick * k)
 
 
 @pytree_dataclass
 class GaussianCounts:
-    """Gaussian noise on the counts of the chosen candidates; built by `calibrate`.
+    """Gaussian noise on the counts of the chosen candidates; built unbound (`GaussianCounts()`)
+    and bound by `jaxdp.adaptive` (`calibrate`).
+
+    When a round picks every marginal of the workload (the baselines), the noise is drawn on the
+    flat counts and then arranged by marginal: the same i.i.d. noise per cell, and no padding.
 
     Privacy:
         One Gaussian measurement (`noise.measure_counts`, stream MEASURE) of the k chosen
-        candidates' counts together. L2 sensitivity in counts under replace-one: sqrt(2 k) for k
-        marginals (a replaced record leaves one cell and enters another of each), sqrt(k) for k
-        counting queries (each moves by at most 1). rho = sensitivity^2 / (2 sigma^2).
+        candidates' counts together, L2 sensitivity `count_sensitivity` (sqrt(2 k) for k
+        marginals under replace-one). rho = sensitivity^2 / (2 sigma^2).
     """
 
-    padding: MarginalPadding
-    workload: MarginalWorkload = static_field()
-    candidates: str = static_field()
-    k: int = static_field()
-    n_records: int = static_field()
-    sigma: float = static_field()
-    sensitivity: float = static_field()
-    noise: str = static_field()
+    padding: MarginalPadding | None = None
+    workload: MarginalWorkload | None = static_field(default=None)
+    candidates: str = static_field(default=MARGINALS)
+    k: int = static_field(default=0)
+    n_candidates: int = static_field(default=0)
+    sigma: float = static_field(default=0.0)
+    sensitivity: float = static_field(default=0.0)
+    noise: str = static_field(default="discrete")
 
-    @classmethod
     def calibrate(
-        cls,
-        workload: MarginalWorkload,
+        self,
+        workload: MarginalWorkload | None,
+        *,
         candidates: str,
         k: int,
-        n_records: int,
+        n_candidates: int,
+        relation: Neighboring,
         sigma_for,
         noise: str,
         times: int,
-    ) -> tuple[GaussianCounts, PlannedCharge]:
-        """(the measurement, its planned charge); `sigma_for(sensitivity)` gives the noise scale
-        in counts that spends the round's measurement budget."""
-        sensitivity = math.sqrt(2.0 * k) if candidates == MARGINALS else math.sqrt(float(k))
-        sigma = sigma_for(sensitivity)
-        charge = PlannedCharge("measure", MEASURE_PRIMITIVE[noise], sensitivity, sigma, times=times)
-        padding = MarginalPadding.of(workload)
-        return cls(padding, workload, candidates, k, n_records, sigma, sensitivity, noise), charge
+        label: str = "measure",
+    ) -> tuple[GaussianCounts, tuple[PlannedCharge, ...]]:
+        """(the measurement bound to a class, its planned charge); `sigma_for(sensitivity)` gives
+        the noise scale in counts that spends the round's measurement budget.
 
-    def __call__(self, key: Key, counts: Sensitive, chosen: Array) -> tuple[Measured, Charge]:
+        Args:
+            workload: the class's marginals (None for single threshold queries).
+            candidates: what the selection picks (marginals or queries).
+            k, n_candidates: picks per round, and how many candidates the class has.
+        """
+        if candidates not in (MARGINALS, QUERIES):
+            raise ValueError(f"GaussianCounts measures marginals or queries, not {candidates}")
+        sensitivity = count_sensitivity(candidates, k, relation)
+        sigma = sigma_for(sensitivity)
+        charge = PlannedCharge(label, MEASURE_PRIMITIVE[noise], sensitivity, sigma, times=times)
+        padding = MarginalPadding.of(workload) if candidates == MARGINALS else None
+        bound = dataclasses.replace(
+            self,
+            padding=padding,
+            workload=workload,
+            candidates=candidates,
+            k=k,
+            n_candidates=n_candidates,
+            sigma=sigma,
+            sensitivity=sensitivity,
+            noise=noise,
+        )
+        return bound, (charge,)
+
+    def __call__(self, key: Key, counts: Sensitive, chosen: Array) -> tuple[Measured, tuple[Charge, ...]]:
         """Measure the (k,) chosen candidates (marginals or queries, as the selection picked).
 
         Privacy:
             Reads the true counts of the chosen candidates; see the class docstring.
         """
+        settings = dict(sigma=self.sigma, sensitivity=self.sensitivity, noise=self.noise)
         if self.candidates == MARGINALS:
             index = self.padding.gather[chosen]
             marginal, cell = chosen, jnp.full(chosen.shape, -1, jnp.int32)
-            true = counts.map(lambda c: jnp.concatenate([c, jnp.zeros(1, c.dtype)])[index])
+            if self.k == self.n_candidates:  # every marginal: noise on the flat counts
+                flat, charge = noise_module.measure_counts(key, counts, **settings)
+                noisy = jnp.concatenate([flat, jnp.zeros(1, flat.dtype)])[index]
+            else:
+                true = counts.map(lambda c: jnp.concatenate([c, jnp.zeros(1, c.dtype)])[index])
+                noisy, charge = noise_module.measure_counts(key, true, **settings)
         else:
             index = chosen[:, None]
-            marginal = jnp.asarray(self.workload.marginal_of_query())[chosen]
-            cell = chosen - jnp.asarray(self.workload.offsets, jnp.int32)[marginal]
+            if self.workload is None:  # single threshold queries: no marginal structure
+                marginal, cell = jnp.full(chosen.shape, -1, jnp.int32), chosen
+            else:
+                marginal = jnp.asarray(self.workload.marginal_of_query())[chosen]
+                cell = chosen - jnp.asarray(self.workload.offsets, jnp.int32)[marginal]
             true = counts.map(lambda c: c[chosen][:, None])
-        noisy, charge = noise_module.measure_counts(
-            key, true, sigma=self.sigma, sensitivity=self.sensitivity, noise=self.noise
-        )
-        return Measured(marginal, cell, index, noisy * (1.0 / self.n_records)), charge
+            noisy, charge = noise_module.measure_counts(key, true, **settings)
+        sigma = jnp.asarray(self.sigma, jnp.float32)
+        return Measured(chosen, marginal, cell, index, noisy, sigma), (charge,)
+
+
+# Host measurements shorter than this share one padded length (the exact sampler's compile costs
+# seconds; sampling 2^15 entries costs tens of milliseconds).
+SHARED_MEASUREMENT_LENGTH = 2**15
+
+
+def measurement_length(n: int, largest: int) -> int:
+    """The public padded length of an n-entry host measurement when the largest measurement a
+    run can make has `largest` entries: one length, the power of two holding it (at most
+    `SHARED_MEASUREMENT_LENGTH`), serves every measurement that fits; longer ones take powers of
+    four above it."""
+    length = min(padded_length(largest), SHARED_MEASUREMENT_LENGTH)
+    while length < n:
+        length *= 4
+    return length
+
+
+@jax.jit
+def _padded_gather(answers: Array, index: Array, count: Array) -> Array:
+    """answers[index], with every position >= count set to 0 (a public constant, an integer
+    like the counts)."""
+    return jnp.where(jnp.arange(index.shape[0]) < count, answers[index], jnp.zeros((), answers.dtype))
+
+
+def measure_on_host(
+    key: Key,
+    counts: Sensitive,
+    index: np.ndarray,
+    *,
+    sigma: float,
+    sensitivity: float,
+    noise: str,
+    largest: int,
+) -> tuple[np.ndarray, Charge]:
+    """Gaussian measurement of the true counts at `index` (host, float64), with its Charge.
+
+    The int32 counts are gathered into a vector padded with integer zeros to a public length
+    (`measurement_length` of `largest`, the longest measurement the run can make), noise is added
+    to all of it and the padding dropped: the exact sampler compiles once per length, and most
+    runs use one length. This is sound because the padding is a public constant (zeros whatever
+    the data), so the padded vector has the same L2 sensitivity as the answers and each kept
+    coordinate still receives its own i.i.d. noise of scale sigma; the dropped coordinates are
+    discarded unseen (and would be safe to release anyway). The Charge is unchanged.
+
+    Privacy:
+        Reads the true counts; one Gaussian measurement (`noise.measure_counts`).
+    """
+    length = measurement_length(index.size, largest)
+    padded = np.zeros(length, np.int32)
+    padded[: index.size] = index
+    true = counts.map(_padded_gather, jnp.asarray(padded), jnp.asarray(index.size, jnp.int32))
+    noisy, charge = noise_module.measure_counts(key, true, sigma=sigma, sensitivity=sensitivity, noise=noise)
+    return np.asarray(noisy, np.float64)[: index.size], charge

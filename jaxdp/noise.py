@@ -80,6 +80,12 @@ def _charge(primitive: str, sensitivity: float, scale: float, count: int = 1) ->
     )
 
 
+def idle(primitive: str) -> Charge:
+    """The Charge of a primitive that did not run this round (count 0: the ledger skips it), for
+    rounds whose Info must keep one structure whatever they drew."""
+    return _charge(primitive, 0.0, 0.0, count=0)
+
+
 def _reveal(value: Sensitive, name: str) -> Array:
     if not isinstance(value, Sensitive):
         raise TypeError(f"{name} must be wrapped in Sensitive (it is computed from private data)")

@@ -90,7 +90,7 @@ def prepare(
         )
         # a registry mechanism: checked for key reuse by the test suite, not on every release
         run = loop.run(mechanism, preprocess_key(key), check_keys=False)
-        cuts.update(binning.split_cuts(private, np.asarray(run.state.noisy_answers)))
+        cuts.update(binning.split_cuts(private, np.asarray(run.state.model.noisy_answers)))
         label = "private binning: fine histograms of " + ", ".join(c.name for c in private)
         ledger = [dataclasses.replace(e, round=-1, label=label) for e in run.ledger]
         for charge in mechanism.plan.charges:

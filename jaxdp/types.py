@@ -35,6 +35,13 @@ class Neighboring(enum.Enum):
     REPLACE_ONE = "replace-one"
 
 
+# What a selection rule picks, and what a family is told it picks: the marginals of a workload
+# (measured whole), single counting queries, or counting queries and their negations (q, 1 - q).
+MARGINALS = "marginals"
+QUERIES = "queries"
+SIGNED_QUERIES = "signed queries"
+
+
 @jax.tree_util.register_pytree_node_class
 class Sensitive:
     """A value derived from private data; only `jaxdp.noise` may release it.

@@ -1,11 +1,32 @@
 """Synthetic-data representations and their update solvers (post-processing only: no module
 here imports `jaxdp.noise` or `jaxdp.accounting`).
 
-The families `jaxdp.adaptive` composes: `PEP` and `MW` (an explicit distribution over the domain
-or a public dataset's records), `RAP` (relaxed rows) and `GEM` (a generator network).
+The families `jaxdp.adaptive` composes (a family of your own subclasses `Family`):
+
+- `PEP`, `MW`: an explicit distribution over the domain or a public dataset's records
+  (PEP's entropy projection; MWEM's multiplicative weights);
+- `RAP`, `GEM`: relaxed rows (clipped or softmax) and a generator network, fitted by Adam;
+- `BestResponses`, `PerturbedLeader`: multisets of an oracle's best responses (DualQuery, FEM);
+- `Product`, `NoisyAnswers`: the baselines' product of noisy 1-way marginals and raw noisy
+  answers (Independent, Gaussian).
 """
 
+from jaxdp.families.base import ClassShape, Family, Measured
+from jaxdp.families.baselines import NoisyAnswers, Product
 from jaxdp.families.fitted import GEM, RAP
+from jaxdp.families.games import BestResponses, PerturbedLeader
 from jaxdp.families.histogram_update import MW, PEP
 
-__all__ = ["GEM", "MW", "PEP", "RAP"]
+__all__ = [
+    "GEM",
+    "MW",
+    "PEP",
+    "RAP",
+    "BestResponses",
+    "ClassShape",
+    "Family",
+    "Measured",
+    "NoisyAnswers",
+    "PerturbedLeader",
+    "Product",
+]

@@ -24,9 +24,9 @@ import numpy as np
 
 from jaxdp import _checks
 from jaxdp.domain import Dataset, Domain
+from jaxdp.families.base import ClassShape, Family, Measured, single_class
 from jaxdp.families.fit import fit
 from jaxdp.families.generator import Generator
-from jaxdp.families.measured import Measured
 from jaxdp.families.relaxed import RelaxedRows
 from jaxdp.queries import (
     MarginalWorkload,
@@ -54,13 +54,14 @@ class FittedModel(NamedTuple):
 
 
 @pytree_dataclass
-class _Fitted:
-    """A differentiable representation fitted to the measurements by `fit` each round."""
+class _Fitted(Family):
+    """A differentiable representation fitted to the measurements (fractions) by `fit` each round."""
 
     representation: RelaxedRows | Generator | None = None
     public_answers: Array | None = None
     public_mask: Array | None = None
     rounds: int = static_field(default=0)
+    unit: float = static_field(default=1.0)
     learning_rate: float = static_field(default=1e-2)
     max_steps: int = static_field(default=200)
 
@@ -80,16 +81,16 @@ class _Fitted:
 
     def bind(
         self,
-        workload: MarginalWorkload,
+        classes: tuple[ClassShape, ...],
         *,
-        rounds: int,
-        per_round: int,
-        single_queries: bool,
         domain: Domain,
         public: Dataset | None,
+        n_records: int | None,
     ):
-        """This family over `workload`, pretrained on `public`'s answers when given."""
-        del per_round, single_queries  # measurements land in the flat answers whatever their shape
+        """This family over the workload, pretrained on `public`'s answers when given (the
+        measurements land in the flat answers whatever the picks are)."""
+        shape = single_class(classes, type(self).__name__)
+        workload: MarginalWorkload = shape.queries
         _checks.positive_finite(self.learning_rate, "learning_rate")
         _checks.positive_int(self.max_steps, "max_steps")
         public_answers, public_mask = (
@@ -101,7 +102,8 @@ class _Fitted:
             representation=checked._representation(workload),
             public_answers=public_answers,
             public_mask=public_mask,
-            rounds=rounds,
+            rounds=shape.rounds,
+            unit=1.0 / n_records,
         )
 
     def init(self, key: Key) -> FittedModel:
@@ -133,25 +135,31 @@ class _Fitted:
         """(n_queries,) the workload's answers of the current parameters."""
         return self.representation.answers(model.params, model.latent)
 
-    def update(self, model: FittedModel, measured: Measured, current: Array, t: Array):
-        """Record the round's measurements, then fit to all of them; (model, Adam steps)."""
+    def record(self, model: FittedModel, measured: Measured, current: Array, r: Array) -> FittedModel:
+        """The round's measurements (counts / n, clipped to [0, 1]) in the flat answers, and the
+        EMA of the largest measured error against the answers before this round (GEM's gamma)."""
         noisy_answers = model.noisy_answers.at[measured.index].set(
-            jnp.clip(measured.values, 0.0, 1.0), mode="drop"
+            jnp.clip(measured.counts * self.unit, 0.0, 1.0), mode="drop"
         )
         measured_mask = model.measured.at[measured.index].set(True, mode="drop")
         max_error = jnp.max(jnp.where(measured_mask, jnp.abs(noisy_answers - current), 0.0))
-        error_ema = jnp.where(t == 0, max_error, 0.5 * model.error_ema + 0.5 * max_error)
+        error_ema = jnp.where(r == 0, max_error, 0.5 * model.error_ema + 0.5 * max_error)
+        return model._replace(noisy_answers=noisy_answers, measured=measured_mask, error_ema=error_ema)
+
+    def update(self, model: FittedModel, t: Array, key: Key, last: Array | bool):
+        """Fit to every measurement so far; (model, Adam steps)."""
+        del key, last  # deterministic; the schedule is the same in the last round
         params, steps = self._fit(
             model.params,
             model.latent,
-            noisy_answers,
-            measured_mask,
-            self.gamma_fraction * error_ema,
+            model.noisy_answers,
+            model.measured,
+            self.gamma_fraction * model.error_ema,
             self._round_learning_rate(t),
             self.max_steps,
         )
         ema_params = self._ema(model.ema_params, params, t)
-        return FittedModel(params, ema_params, model.latent, noisy_answers, measured_mask, error_ema), steps
+        return model._replace(params=params, ema_params=ema_params), steps
 
     def _round_learning_rate(self, t: Array) -> Array:
         """GEM anneals the starting rate over the rounds (cosine down to `final_learning_rate`)."""
@@ -200,7 +208,7 @@ class _Fitted:
         """(n_queries,) answers of the output distribution itself (before sampling records)."""
         return self.representation.answers(self.output_params(model), model.latent)
 
-    def sample(self, model: FittedModel, key: Key, rows: int) -> Array:
+    def release(self, model: FittedModel, key: Key, rows: int) -> Array:
         """(rows, n_attributes) int32 records drawn from the output distribution."""
         return self.representation.sample(key, self.output_params(model), model.latent, rows)
 

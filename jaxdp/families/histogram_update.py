@@ -4,7 +4,8 @@ whole domain, or a public dataset's records) and its update from every measureme
 - `PEP`: the maximum-entropy projection onto the measurements (PEP, the paper's Algorithm 4);
 - `MW`: multiplicative weights on the newest measurement, then replays of all of them (MWEM).
 
-Post-processing only: the update reads released measurements (`Measured`), never the data.
+Both fit fractions (replace-one: n public). Post-processing only: the update reads released
+measurements (`Measured`), never the data.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 
 from jaxdp import _checks
 from jaxdp.domain import DataError, Dataset, Domain
+from jaxdp.families.base import ClassShape, Family, Measured, single_class
 from jaxdp.families.histogram import (
     DenseSupport,
     MarginalPadding,
@@ -25,14 +27,13 @@ from jaxdp.families.histogram import (
     project_to_simplex,
     sample_support,
 )
-from jaxdp.families.measured import Measured
 from jaxdp.families.projection import (
     entropy_projection,
     multiplicative_weights,
     replay_multiplicative_weights,
 )
 from jaxdp.queries import MarginalWorkload
-from jaxdp.types import Array, Key, pytree_dataclass, static_field
+from jaxdp.types import QUERIES, Array, Key, pytree_dataclass, static_field
 
 OUTPUTS = ("last", "average")
 
@@ -47,7 +48,7 @@ class HistogramModel(NamedTuple):
 
 
 @pytree_dataclass
-class _Histogram:
+class _Histogram(Family):
     """A distribution over a support, updated from `Measurements` (one slot per measurement)."""
 
     support: DenseSupport | PublicSupport | None = None
@@ -55,23 +56,24 @@ class _Histogram:
     capacity: int = static_field(default=0)
     per_round: int = static_field(default=1)
     single_queries: bool = static_field(default=False)
+    unit: float = static_field(default=1.0)
     output: str = static_field(default="last")
 
     def bind(
         self,
-        workload: MarginalWorkload,
+        classes: tuple[ClassShape, ...],
         *,
-        rounds: int,
-        per_round: int,
-        single_queries: bool,
         domain: Domain,
         public: Dataset | None,
+        n_records: int | None,
     ):
-        """This family over `workload`'s domain (enumerable) or a public dataset's records.
+        """This family over the workload's domain (enumerable) or a public dataset's records.
 
         Raises:
             DataError: a domain too large to enumerate, or public data over another domain.
         """
+        shape = single_class(classes, type(self).__name__)
+        workload: MarginalWorkload = shape.queries
         _checks.one_of(self.output, OUTPUTS, "output")
         if public is None:
             support = DenseSupport.of(workload)
@@ -84,9 +86,10 @@ class _Histogram:
             self,
             support=support,
             padding=padding,
-            capacity=rounds * per_round,
-            per_round=per_round,
-            single_queries=single_queries,
+            capacity=shape.rounds * shape.per_round,
+            per_round=shape.per_round,
+            single_queries=shape.candidates == QUERIES,
+            unit=1.0 / n_records,
         )
 
     def init(self, key: Key) -> HistogramModel:
@@ -103,28 +106,33 @@ class _Histogram:
         """(n_queries,) the workload's answers under the current distribution."""
         return self.support.answers(probabilities(model.log_weights))
 
-    def _record(self, measurements: Measurements, measured: Measured, t: Array) -> Measurements:
-        """Each measured marginal's noisy answers projected onto the simplex (a distribution
-        over its cells), or a measured cell's answer clipped to [0, 1], in the round's slots."""
+    def record(self, model: HistogramModel, measured: Measured, current: Array, r: Array) -> HistogramModel:
+        """Each measured marginal's noisy answers (counts / n) projected onto the simplex (a
+        distribution over its cells), or a measured cell's answer clipped to [0, 1], in the
+        round's slots."""
+        del current
+        measurements = model.measurements
+        values = measured.counts * self.unit
         for j in range(self.per_round):
-            marginal, cell, values = measured.marginal[j], measured.cell[j], measured.values[j]
+            marginal, cell = measured.marginal[j], measured.cell[j]
             if self.single_queries:
                 target = (
-                    jnp.zeros(self.padding.max_cells, jnp.float32).at[cell].set(jnp.clip(values[0], 0.0, 1.0))
+                    jnp.zeros(self.padding.max_cells, jnp.float32)
+                    .at[cell]
+                    .set(jnp.clip(values[j, 0], 0.0, 1.0))
                 )
             else:
-                target = project_to_simplex(values, self.padding.valid[marginal])
-            measurements = measurements.record(t * self.per_round + j, marginal, cell, target)
-        return measurements
+                target = project_to_simplex(values[j], self.padding.valid[marginal])
+            measurements = measurements.record(r * self.per_round + j, marginal, cell, target)
+        return model._replace(measurements=measurements)
 
-    def update(self, model: HistogramModel, measured: Measured, current: Array, t: Array):
-        """(the model after recording this round's measurements and updating, 0 inner steps)."""
-        del current
-        meas = self._record(model.measurements, measured, t)
-        log_weights = self._update(model.log_weights, meas, t)
+    def update(self, model: HistogramModel, t: Array, key: Key, last: Array | bool):
+        """(the model updated from every measurement so far, 0 inner steps)."""
+        del key, last  # deterministic; nothing special about the last round
+        log_weights = self._update(model.log_weights, model.measurements, t)
         probs = probabilities(log_weights)
         average = model.average + (probs - model.average) / (t + 1).astype(jnp.float32)
-        return HistogramModel(log_weights, average, meas), jnp.zeros((), jnp.int32)
+        return HistogramModel(log_weights, average, model.measurements), jnp.zeros((), jnp.int32)
 
     def _update(self, log_weights: Array, meas: Measurements, t: Array) -> Array:
         raise NotImplementedError
@@ -137,7 +145,7 @@ class _Histogram:
         """(n_queries,) the workload's answers under the output distribution."""
         return self.support.answers(self.distribution(model))
 
-    def sample(self, model: HistogramModel, key: Key, rows: int) -> Array:
+    def release(self, model: HistogramModel, key: Key, rows: int) -> Array:
         """(rows, n_attributes) int32 records drawn from the output distribution."""
         return self.support.records(sample_support(key, self.distribution(model), rows))
 

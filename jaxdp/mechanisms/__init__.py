@@ -10,9 +10,9 @@ from jaxdp.mechanisms.aim import AIM, AimModel, GraphicalModel, aim
 from jaxdp.mechanisms.aim_gem import GeneratorModel, aim_gem
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
-from jaxdp.mechanisms.gaussian import Gaussian, GaussianState, gaussian
+from jaxdp.mechanisms.gaussian import gaussian
 from jaxdp.mechanisms.gem import gem, gem_pub
-from jaxdp.mechanisms.independent import Independent, IndependentState, independent
+from jaxdp.mechanisms.independent import independent
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
 from jaxdp.mechanisms.rap import rap, rap_softmax
@@ -24,12 +24,8 @@ __all__ = [
     "AdaptiveInfo",
     "AdaptiveState",
     "AimModel",
-    "Gaussian",
-    "GaussianState",
     "GeneratorModel",
     "GraphicalModel",
-    "Independent",
-    "IndependentState",
     "RapPlusPlus",
     "adaptive",
     "aim",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
@@ -11,11 +13,15 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxdp import _checks, samplers
-from jaxdp.accounting import CONVERSIONS, Plan, gaussian_sigma
+from jaxdp import noise as noise_module
+from jaxdp.accounting import CONVERSIONS, SELECT_PRIMITIVE, Plan, gaussian_sigma
 from jaxdp.domain import DataError, Dataset
 from jaxdp.queries import (
     MarginalWorkload,
+    MixedMarginalQueries,
+    linear_threshold_answers,
     marginal_counts,
+    mixed_marginal_answers,
     shard_records,
     sharded_marginal_counts,
 )
@@ -153,3 +159,38 @@ def round_shares(rho_budget: float, rounds: int, alpha: float) -> tuple[float, f
     weights = alpha**2 + (1 - alpha) ** 2
     per_round = rho_budget / rounds
     return per_round * alpha**2 / weights, per_round * (1 - alpha) ** 2 / weights
+
+
+# One compiled program per query-set shape; int32 counts, what exact noise is added to.
+_mixed_counts = jax.jit(functools.partial(mixed_marginal_answers, dtype=jnp.int32))
+_linear_counts = jax.jit(functools.partial(linear_threshold_answers, dtype=jnp.int32))
+
+
+def class_counts(data: Dataset, queries, mesh: Mesh | None = None) -> Sensitive:
+    """The true int32 counts of a query class as a private leaf: a marginal workload's cells
+    (split over `mesh`'s devices when given), or the records each threshold query holds for
+    (`MixedMarginalQueries`, `LinearThresholdQueries`: one pass over codes and numeric values).
+
+    Raises:
+        ValueError: a mesh for threshold queries (they are counted on one device).
+    """
+    if isinstance(queries, MarginalWorkload):
+        return private_counts(data, queries, mesh)
+    if mesh is not None:
+        raise ValueError("threshold query classes are counted on one device; leave mesh=None")
+    private_codes(data)  # validates the table (non-empty, exact float32 counts)
+    records = Sensitive((jnp.asarray(data.codes, jnp.int32), jnp.asarray(data.numeric, jnp.float32)))
+    count = _mixed_counts if isinstance(queries, MixedMarginalQueries) else _linear_counts
+    return records.map(lambda r: count(*r, queries))
+
+
+def idle_charge(noise: str) -> Charge:
+    """A selection charge that did not run (count 0), padding a round's Info."""
+    return noise_module.idle(SELECT_PRIMITIVE[noise])
+
+
+def interleave(rounds: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(class of each round, its round within the class): each class's rounds spread evenly over
+    the run, round r of class c at (r + 1/2) / T_c."""
+    order = sorted((((r + 0.5) / t, c, r) for c, t in enumerate(rounds) for r in range(t)))
+    return tuple(c for _, c, _ in order), tuple(r for _, _, r in order)

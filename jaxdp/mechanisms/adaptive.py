@@ -1,234 +1,463 @@
-"""The Adaptive Measurements builder: one selection rule, one measurement and one family's update
+"""The Adaptive Measurements builder: a selection rule, a measurement and a family's update
 composed into a mechanism whose plan, ledger and audit come for free (GEM/PEP paper, Algorithm 1).
 
     mech = jaxdp.adaptive(data, workload, select=jaxdp.selection.L1Error(),
                           family=jaxdp.families.PEP(), rounds=10, epsilon=1.0, delta=1e-9)
 
 Each round t, from its round key:
-1. select (private): the rule picks k candidates (marginals or single queries) not measured yet,
-   by the error of the current answers (stream SELECT);
-2. measure (private): Gaussian noise on the chosen candidates' counts, then / n
-   (`jaxdp.measurement.GaussianCounts`, stream MEASURE);
-3. update (post-processing): the family records the measurements and updates its representation.
+1. select (private): the rule picks candidates (marginals, single queries or signed queries) by
+   the error of the current answers (stream SELECT);
+2. measure (private): Gaussian noise on the picks' counts (`jaxdp.measurement.GaussianCounts`,
+   stream MEASURE), or nothing (`measure=None`: the game-based mechanisms learn from the picks);
+3. update (post-processing): the family records the measurements and refits its representation
+   (stream UPDATE for any public randomness it draws).
 
-The budget is split as in the paper's Section 3.1: each round costs rho / T, a share alpha^2 /
-(alpha^2 + (1 - alpha)^2) of it for the selection and the rest for the measurement. MWEM, PEP,
-PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM and GEM-Pub are presets of this builder
-(`jaxdp.mechanisms.mwem`, ...), and any rule composes with any family.
+A mechanism may select from several query classes (`classes=`, RAP++'s categorical marginals and
+threshold queries), each with its own rule, rounds and share of the budget; its rounds are
+interleaved evenly. The budget is split as in the paper's Section 3.1: a class's share over its
+T rounds, each round a share alpha^2 / (alpha^2 + (1 - alpha)^2) for the selection and the rest
+for the measurement (all of it for the selection when nothing is measured).
+
+Every shipped mechanism is a preset of this builder: MWEM, PEP, PMW-Pub, PEP-Pub, RAP,
+RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent and Gaussian build an `Adaptive`
+(one compiled scan); AIM and AIM-GEM, whose rule is `jaxdp.selection.AIMSelection` (budget
+annealing and a privacy filter), build an `jaxdp.mechanisms.annealed.Annealed` (a Python loop).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp import noise as noise_module
+from jaxdp.accounting import Plan
 from jaxdp.domain import Dataset
-from jaxdp.families.measured import Measured
+from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import GaussianCounts
-from jaxdp.mechanisms._common import count_sigma, make_plan, private_counts, require_categorical, round_shares
-from jaxdp.queries import MarginalWorkload
-from jaxdp.selection import QUERIES, Rule
-from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
+from jaxdp.mechanisms._common import (
+    as_relation,
+    class_counts,
+    count_sigma,
+    idle_charge,
+    interleave,
+    make_plan,
+    require_categorical,
+    round_shares,
+)
+from jaxdp.queries import (
+    LinearThresholdQueries,
+    MarginalWorkload,
+    MixedMarginalQueries,
+    RandomLinearThresholds,
+)
+from jaxdp.selection import Rule, SelectionBudget
+from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
+
+# The default measurement (unbound: `adaptive` calibrates it to each class).
+GAUSSIAN_COUNTS = GaussianCounts()
 
 
-@runtime_checkable
-class Family(Protocol):
-    """What the builder asks of a family (`jaxdp.families.PEP`, `MW`, `RAP`, `GEM` meet it)."""
+@dataclasses.dataclass(frozen=True)
+class QueryClass:
+    """One class of queries a mechanism selects from.
 
-    def bind(self, workload, *, rounds, per_round, single_queries, domain, public) -> Family:
-        """This family fitted to the workload and the run's shape (validated on the host)."""
+    Args:
+        queries: a `MarginalWorkload`, or threshold queries over a mixed-type domain
+            (`jaxdp.queries.MixedMarginalQueries`, `LinearThresholdQueries`,
+            `RandomLinearThresholds`).
+        select: the rule that picks from them (`jaxdp.selection`).
+        rounds: the rounds that select from this class.
+        weight: its share of the budget, relative to the other classes'.
+        label: names its charges in the plan ("select {label}", "measure {label}").
+    """
 
-    def init(self, key: Key) -> Any:
-        """The starting model (public randomness only)."""
-
-    def answers(self, model: Any) -> Array:
-        """(n_queries,) the workload's answers of the current model (fractions)."""
-
-    def update(self, model: Any, measured: Measured, current: Array, t: Array) -> tuple[Any, Array]:
-        """Post-processing: the model after this round's measurements, and its inner steps."""
-
-    def output_answers(self, model: Any) -> Array:
-        """(n_queries,) the answers of the released distribution."""
-
-    def sample(self, model: Any, key: Key, rows: int) -> Array:
-        """(rows, n_attributes) int32 records of the released distribution."""
+    queries: Any
+    select: Rule
+    rounds: int
+    weight: float = 1.0
+    label: str | None = None
 
 
 class AdaptiveState(NamedTuple):
-    """model: the family's state (its representation and measurements so far); eligible:
-    (n_candidates,) bool, not measured yet; rounds_done: int32."""
+    """model: the family's state (its representation and measurements so far); eligible: one
+    (n_candidates,) bool per query class, the candidates not picked yet; rounds_done: int32."""
 
     model: Any
-    eligible: Array
+    eligible: tuple[Array, ...]
     rounds_done: Array
 
 
 class AdaptiveInfo(NamedTuple):
-    """charges: (selection, measurement); selected: (k,) int32 candidates measured this round;
-    inner_steps: the family's optimiser steps this round (0 for a closed-form update)."""
+    """charges: the round's selection charges, then its measurement's; selected: (k,) int32 the
+    candidates picked (-1 padding where classes pick different numbers); query_class: int32 the
+    class the round selected from; inner_steps: the family's optimiser steps this round."""
 
-    charges: tuple[Charge, Charge]
+    charges: tuple[Charge, ...]
     selected: Array
+    query_class: Array
     inner_steps: Array
+
+
+@pytree_dataclass
+class SelectionClass:
+    """A query class as built into a mechanism: its true int32 counts (private), its calibrated
+    rule and measurement (None: nothing measured), its marginals (None for threshold queries)."""
+
+    counts: Sensitive
+    selection: Rule
+    measurement: GaussianCounts | None
+    workload: MarginalWorkload | None = static_field()
+    n_queries: int = static_field()
+    n_candidates: int = static_field()
+    picks: int = static_field()
 
 
 @pytree_dataclass
 class Adaptive:
     """A select-measure-update mechanism built by `adaptive` (or a preset).
 
-    `counts` holds the workload's true int32 counts; the rule scores and the family fits
-    fractions (counts / n, n public).
-
     Privacy:
-        Relation replace-one (n public; fractions). Each of `rounds` rounds runs the selection
-        rule (k exponential mechanisms on a score of sensitivity 1/n, or 2/n for the L1 error,
-        stream SELECT) and one Gaussian measurement of the k candidates' counts (L2 sensitivity
-        sqrt(2 k) counts for marginals, sqrt(k) for queries; stream MEASURE), divided by n
-        afterwards. With epsilon_0 = sqrt(2 rho / (T (alpha^2 + (1 - alpha)^2))) the selection
-        runs at 2 alpha epsilon_0 and the measurement at (1 - alpha) epsilon_0, so each round
-        costs rho / T (GEM/PEP paper, Section 3.1); `plan` holds both charges. The update, the
-        stopping rules of the fits and the release (stream RELEASE) are post-processing.
+        Relation: `relation` (replace-one unless the rule and family fit add-remove). Each round
+        runs its class's rule (stream SELECT; the charges its `calibrate` planned) and, unless
+        nothing is measured, one Gaussian measurement of the picks' counts (stream MEASURE;
+        `jaxdp.measurement.count_sensitivity`). A class with share rho_c of the budget over T_c
+        rounds spends rho_c / T_c a round, split alpha^2 : (1 - alpha)^2 between selection and
+        measurement (GEM/PEP paper, Section 3.1); `plan` holds every charge. The family's
+        update, its stopping rules and the release (stream RELEASE) are post-processing.
     """
 
-    counts: Sensitive
-    selection: Rule
-    measurement: GaussianCounts
+    classes: tuple[SelectionClass, ...]
     family: Family
-    workload: MarginalWorkload = static_field()
     n_records: int = static_field()
     rounds: int = static_field()
-    plan: Any = static_field()
+    schedule: tuple[int, ...] = static_field()
+    class_round: tuple[int, ...] = static_field()
+    charge_slots: int = static_field()
+    plan: Plan = static_field()
     noise: str = static_field()
     name: str = static_field(default="adaptive")
     relation: Neighboring = static_field(default=Neighboring.REPLACE_ONE)
 
+    @property
+    def jittable(self) -> bool:
+        """Whether `jaxdp.run` compiles the rounds: the family's update traces (every shipped
+        family but Private-PGM's does)."""
+        return self.family.jittable
+
+    @property
+    def workload(self) -> MarginalWorkload | None:
+        """The first query class's marginals (what the release is judged on)."""
+        return self.classes[0].workload
+
     def init(self, key: Key) -> AdaptiveState:
         require_key(key)
-        n_candidates = self.selection.n_candidates(self.workload)
-        return AdaptiveState(self.family.init(key), jnp.ones(n_candidates, bool), jnp.zeros((), jnp.int32))
+        eligible = tuple(jnp.ones(c.n_candidates, bool) for c in self.classes)
+        return AdaptiveState(self.family.init(key), eligible, jnp.zeros((), jnp.int32))
 
     def step(self, state: AdaptiveState, key: Key) -> tuple[AdaptiveState, AdaptiveInfo]:
-        """One round: select, measure, update (each stream key derived once, for its part).
+        """One round: select from the round's class, measure, record; then refit the family.
 
         Privacy:
-            Reads the true counts twice: the selection scores and the chosen candidates' counts.
+            Reads the true counts of the round's class twice: the selection scores and the
+            picks' counts (see the class docstring).
         """
         require_key(key)
         t = state.rounds_done
-        current = self.family.answers(state.model)
-        chosen, select_charge = self.selection(
-            stream_key(key, Stream.SELECT),
-            self.counts,
-            self.n_records,
-            current,
-            self.workload,
-            state.eligible,
+        if len(self.classes) == 1:
+            which = jnp.zeros((), jnp.int32)
+            model, eligible, charges, chosen = self._class_round(0, state.model, state.eligible, t, key)
+        else:
+            which = jnp.asarray(self.schedule, jnp.int32)[t]
+            r = jnp.asarray(self.class_round, jnp.int32)[t]
+            branches = [functools.partial(self._class_round, c) for c in range(len(self.classes))]
+            model, eligible, charges, chosen = jax.lax.switch(
+                which, branches, state.model, state.eligible, r, key
+            )
+        model, steps = self.family.update(model, t, stream_key(key, Stream.UPDATE), t == self.rounds - 1)
+        return AdaptiveState(model, eligible, t + 1), AdaptiveInfo(charges, chosen, which, steps)
+
+    def _class_round(self, c: int, model, eligible: tuple[Array, ...], r: Array, key: Key):
+        """Class c's selection, measurement and the family's record of them (r: the class's round).
+
+        The charges and picks are padded to the same structure for every class (idle charges of
+        count 0 and -1 picks), as the branches of the round's switch must be."""
+        part = self.classes[c]
+        current = self.family.answers(model)
+        current = current[c] if isinstance(current, tuple) else current
+        mask = None if part.selection.repeats else eligible[c]
+        chosen, charges = part.selection(
+            stream_key(key, Stream.SELECT), part.counts, self.n_records, current, part.workload, mask, r
         )
-        measured, measure_charge = self.measurement(stream_key(key, Stream.MEASURE), self.counts, chosen)
-        model, steps = self.family.update(state.model, measured, current, t)
-        new = AdaptiveState(model, state.eligible.at[chosen].set(False), t + 1)
-        return new, AdaptiveInfo((select_charge, measure_charge), chosen, steps)
+        if part.measurement is None:
+            measured = Measured(chosen, query_class=c)
+        else:
+            measured, measure_charges = part.measurement(stream_key(key, Stream.MEASURE), part.counts, chosen)
+            measured, charges = measured._replace(query_class=c), charges + measure_charges
+        model = self.family.record(model, measured, current, r)
+        if not part.selection.repeats:
+            eligible = (*eligible[:c], eligible[c].at[chosen].set(False), *eligible[c + 1 :])
+        most = max(p.picks for p in self.classes)
+        charges = charges + tuple(idle_charge(self.noise) for _ in range(self.charge_slots - len(charges)))
+        chosen = jnp.concatenate([chosen, jnp.full(most - chosen.shape[0], -1, jnp.int32)])
+        return model, eligible, charges, chosen
 
     def answers(self, state: AdaptiveState) -> Array:
-        """(n_queries,) the workload's answers of the output distribution (before sampling)."""
+        """(n_queries,) the first class's answers of the output distribution (before sampling)."""
         return self.family.output_answers(state.model)
 
     relaxed_answers = answers  # the name the API uses for families whose records differ from it
 
-    def release(self, state: AdaptiveState, key: Key, rows: int | None = None) -> Array:
-        """Sample (rows, n_attributes) int32 records from the output distribution (rows default n)."""
+    def default_rows(self, state: AdaptiveState) -> int:
+        """n under replace-one (public); under add-remove the family's estimate of the record
+        count from the released measurements (host code: call it outside jit)."""
+        if self.relation is Neighboring.REPLACE_ONE:
+            return self.n_records
+        rows = self.family.default_rows(state.model)
+        if rows is None:
+            raise ValueError(f"{self.name}: under add-remove give rows (the family cannot estimate them)")
+        return rows
+
+    def release(self, state: AdaptiveState, key: Key, rows: int | None = None) -> Any:
+        """The family's release: (rows, n_attributes) int32 records sampled from the output
+        distribution (rows default: n under replace-one), or the noisy answers of a family that
+        releases answers (Gaussian; `rows` is then unused)."""
         require_key(key)
-        rows = self.n_records if rows is None else _checks.positive_int(rows, "rows")
-        return self.family.sample(state.model, key, rows)
+        if self.family.releases == "answers":
+            return self.family.release(state.model, key, None)
+        rows = self.default_rows(state) if rows is None else _checks.positive_int(rows, "rows")
+        return self.family.release(state.model, key, rows)
 
 
 def adaptive(
     data: Dataset,
-    workload: MarginalWorkload,
+    workload: MarginalWorkload | None = None,
     *,
-    select: Rule,
+    select: Rule | None = None,
     family: Family,
-    rounds: int,
+    rounds: int | None = None,
+    classes: Sequence[QueryClass] | None = None,
+    measure: GaussianCounts | None = GAUSSIAN_COUNTS,
     epsilon: float | None = None,
     delta: float | None = None,
     rho: float | None = None,
-    alpha: float = 0.5,
+    alpha: float | None = None,
+    relation: Neighboring | str = Neighboring.REPLACE_ONE,
     public: Dataset | None = None,
     conversion: str = "exact",
     noise: str = "discrete",
     mesh: Mesh | None = None,
     name: str = "adaptive",
+    label: str | None = None,
 ) -> Adaptive:
-    """Compose a selection rule and a family into a mechanism; its plan is fixed here.
+    """Compose a selection rule, a measurement and a family into a mechanism; its plan is fixed
+    here, before anything runs.
 
     Args:
-        data: the private records (categorical domain).
-        workload: the marginals to answer.
-        select: a `jaxdp.selection.Rule` (`MaxError(k=...)`, `L1Error`, `QueryError`, or one of
-            your own).
-        family: a family from `jaxdp.families` (`PEP`, `MW`, `RAP`, `GEM`) with its settings, or
-            one meeting `Family`.
-        rounds: T; each round measures k new candidates (k x T must not exceed them).
-        epsilon, delta, rho, conversion: the budget (see `jaxdp.independent`).
-        alpha: share of each round's budget weight for selection (the paper's alpha).
-        public: a public dataset: the histogram families' support, the generator's
-            pretraining data (with `pretrain_steps`).
+        data: the private records (categorical, unless the family fits numeric columns).
+        workload: the marginals to answer (with `select` and `rounds`; or give `classes`).
+        select: a `jaxdp.selection.Rule` (`MaxError(k=...)`, `L1Error`, `QueryError`,
+            `SignedError`, `SignedErrorSamples`, `Everything`, or one of your own).
+        family: a family from `jaxdp.families` with its settings, or one of your own (a
+            `jaxdp.families.Family`).
+        rounds: T; with a rule that picks each candidate at most once, rounds x picks must not
+            exceed the candidates.
+        classes: several query classes instead of (workload, select, rounds): `QueryClass`es,
+            each with its rule, rounds and budget weight (RAP++), for a family that fits them.
+        measure: `GaussianCounts()` (default) or None: measure nothing, the family learns from
+            the picks (DualQuery, FEM).
+        epsilon, delta, rho, conversion: the budget, (epsilon, delta) or rho (see
+            `jaxdp.accounting`).
+        alpha: share of each round's budget weight for the selection (the paper's alpha;
+            default 0.5). Only when the round both selects privately and measures.
+        relation: "replace-one" (default: n public) or "add-remove", if the rule and the family
+            fit it (the baselines do).
+        public: a public dataset over the same domain (the histogram families' support, the
+            generator's pretraining data).
         noise: "discrete" (default: exact discrete Gaussian and exact exponential mechanism) or
             "float" (float32 noise: faster, not meeting its delta exactly; `jaxdp.noise`).
         mesh: count the records split over this mesh's devices (`jaxdp.queries.records_mesh()`).
         name: how errors and reports name it.
+        label: names the charges of a single class ("select {label}", "measure {label}").
 
     Raises:
-        ValueError: bad settings, more rounds than candidates, a workload over another domain;
-        BudgetExceededError: a plan over the budget; DataError: numeric columns, an empty table,
-        a domain too large for a histogram family.
+        TypeError: a part of the wrong kind; ValueError: bad settings, parts that do not fit
+        together (named), more rounds than candidates, a workload over another domain;
+        BudgetExceededError: a plan over the budget; DataError: numeric columns for a
+        categorical family, an empty table, a domain too large for a histogram family.
 
     Privacy:
-        See `Adaptive`: rho-zCDP in total, replace-one.
+        See `Adaptive`: rho-zCDP in total under `relation`, by the plan checked here.
     """
     plan = make_plan(epsilon, delta, rho, conversion)
     _checks.one_of(noise, noise_module.NOISES, "noise")
-    if not isinstance(select, Rule):
-        raise TypeError(
-            f"select must be a jaxdp.selection.Rule (e.g. MaxError()), got {type(select).__name__}"
-        )
+    relation = as_relation(relation)
     if not isinstance(family, Family):
         raise TypeError(
-            f"family must be a family (jaxdp.families.PEP, MW, RAP, GEM, or one meeting "
-            f"jaxdp.mechanisms.adaptive.Family), got {type(family).__name__}"
+            f"family must be a jaxdp.families.Family (PEP, MW, RAP, GEM, ..., or a subclass of your "
+            f"own), got {type(family).__name__}"
         )
-    require_categorical(data, name)
-    if workload.sizes != data.domain.sizes:
-        raise ValueError("workload was built for a different domain than the data's")
-    rounds = _checks.positive_int(rounds, "rounds")
-    k = _checks.positive_int(select.k, "k (picks per round)")
-    alpha = _checks.fraction(alpha, "alpha", allow_one=False)
-    candidates = select.n_candidates(workload)
-    if rounds * k > candidates:
-        unit = "counting queries" if select.candidates == QUERIES else "marginals"
+    if measure is not None and not isinstance(measure, GaussianCounts):
+        raise TypeError(
+            f"measure must be jaxdp.measurement.GaussianCounts() or None, got {type(measure).__name__}"
+        )
+    classes = _query_classes(workload, select, rounds, classes, label)
+    if not family.numeric:
+        require_categorical(data, name)
+    if len(classes) > 1 and not family.several_classes:
+        raise ValueError(f"{type(family).__name__} fits one query class, got {len(classes)}")
+    if relation not in family.relations:
         raise ValueError(
-            f"rounds x picks per round = {rounds} x {k} exceeds the {candidates} {unit} of the workload "
-            "(each is measured at most once)"
+            f"{type(family).__name__} fits under {_names(family.relations)}, not {relation.value}"
         )
+    if measure is None and family.needs_measurements:
+        raise ValueError(f"{type(family).__name__} fits measurements: give measure=GaussianCounts()")
+
+    n = len(data)
+    total_weight = math.fsum(_checks.positive_finite(c.weight, "weight") for c in classes)
+    built, shapes = [], []
+    for i, spec in enumerate(classes):
+        part, shape, charges = _build_class(
+            i,
+            spec,
+            data,
+            family,
+            measure,
+            plan.rho_budget * spec.weight / total_weight,
+            alpha=alpha,
+            relation=relation,
+            noise=noise,
+            mesh=mesh,
+            several=len(classes) > 1,
+        )
+        built.append(part)
+        shapes.append(shape)
+        for charge in charges:
+            plan = plan.with_charge(charge)
+    plan = plan.check()
     family = family.bind(
-        workload,
-        rounds=rounds,
-        per_round=k,
-        single_queries=select.candidates == QUERIES,
+        tuple(shapes),
         domain=data.domain,
         public=public,
+        n_records=n if relation is Neighboring.REPLACE_ONE else None,
     )
+    schedule, class_round = interleave([c.rounds for c in classes])
+    slots = max(p.selection.charges_per_round() + (p.measurement is not None) for p in built)
+    return Adaptive(
+        classes=tuple(built),
+        family=family,
+        n_records=n,
+        rounds=len(schedule),
+        schedule=schedule,
+        class_round=class_round,
+        charge_slots=slots,
+        plan=plan,
+        noise=noise,
+        name=name,
+        relation=relation,
+    )
+
+
+def _names(relations) -> str:
+    return " or ".join(r.value for r in relations)
+
+
+def _query_classes(workload, select, rounds, classes, label) -> tuple[QueryClass, ...]:
+    """The mechanism's query classes: `classes`, or the one made of (workload, select, rounds)."""
+    if classes is None:
+        if workload is None or select is None or rounds is None:
+            raise ValueError("give workload, select and rounds (or classes)")
+        return (QueryClass(workload, select, rounds, label=label),)
+    if workload is not None or select is not None or rounds is not None:
+        raise ValueError("give either classes or (workload, select, rounds), not both")
+    classes = tuple(classes)
+    if not classes or not all(isinstance(c, QueryClass) for c in classes):
+        raise TypeError("classes must be a non-empty sequence of jaxdp.mechanisms.adaptive.QueryClass")
+    return classes
+
+
+def _build_class(i, spec, data, family, measure, rho, *, alpha, relation, noise, mesh, several):
+    """(the class built: counts, calibrated rule and measurement; what the family is told of it;
+    its planned charges)."""
+    where = f"classes[{i}]: " if several else ""
+    rule = spec.select
+    if not isinstance(rule, Rule):
+        raise TypeError(
+            f"{where}select must be a jaxdp.selection.Rule (e.g. MaxError()), got {type(rule).__name__}"
+        )
+    if relation not in rule.relations:
+        raise ValueError(
+            f"{where}{type(rule).__name__} scores under {_names(rule.relations)}, not {relation.value}"
+        )
+    if rule.candidates not in family.candidates:
+        raise ValueError(
+            f"{where}{type(family).__name__} does not fit picks of {rule.candidates} ({type(rule).__name__})"
+        )
+    queries = _checked_queries(spec.queries, data, where)
+    workload = queries if isinstance(queries, MarginalWorkload) else None
+    if workload is None and rule.candidates == MARGINALS:
+        raise ValueError(f"{where}{type(rule).__name__} picks marginals; threshold queries have none")
+    n_queries = workload.n_queries if workload is not None else len(queries)
+    rounds = _checks.positive_int(spec.rounds, f"{where}rounds")
+    n_candidates = rule.n_candidates(workload, n_queries)
+    k = _checks.positive_int(rule.picks(n_candidates), f"{where}k (picks per round)")
+    if not rule.repeats and rounds * k > n_candidates:
+        unit = "marginals" if rule.candidates == MARGINALS else "counting queries"
+        raise ValueError(
+            f"{where}rounds x picks per round = {rounds} x {k} exceeds the {n_candidates} {unit} of the "
+            "workload (each is measured at most once)"
+        )
+    selects, measures = rule.charges_per_round() > 0, measure is not None
+    if alpha is not None and not (selects and measures):
+        raise ValueError("alpha splits a round between a private selection and a measurement; this has one")
     n = len(data)
-    counts = private_counts(data, workload, mesh)
-    rho_select, rho_measure = round_shares(plan.rho_budget, rounds, alpha)
-    selection, select_charge = select.calibrate(rho_select, n, noise, rounds)
-    measurement, measure_charge = GaussianCounts.calibrate(
-        workload, select.candidates, k, n, lambda s: count_sigma(s, rho_measure, noise), noise, rounds
-    )
-    plan = plan.with_charge(select_charge).with_charge(measure_charge).check()
-    return Adaptive(counts, selection, measurement, family, workload, n, rounds, plan, noise, name)
+    if selects and measures:
+        alpha = _checks.fraction(0.5 if alpha is None else alpha, "alpha", allow_one=False)
+        rho_select, rho_measure = round_shares(rho, rounds, alpha)
+        budget = SelectionBudget(rho_select, rho_select * rounds, rounds)
+    else:
+        rho_select = rho_measure = rho / rounds
+        budget = SelectionBudget(rho_select, rho, rounds)
+    counts = class_counts(data, queries, mesh)
+    selection, charges = rule.calibrate(budget, n, noise)
+    measurement = None
+    if measures:
+        measurement, measure_charges = measure.calibrate(
+            workload,
+            candidates=rule.candidates,
+            k=k,
+            n_candidates=n_candidates,
+            relation=relation,
+            sigma_for=lambda s: count_sigma(s, rho_measure, noise),
+            noise=noise,
+            times=rounds,
+        )
+        charges = charges + measure_charges
+    if spec.label is not None:
+        charges = tuple(dataclasses.replace(c, label=f"{c.label} {spec.label}") for c in charges)
+    part = SelectionClass(counts, selection, measurement, workload, n_queries, n_candidates, k)
+    return part, ClassShape(queries, rounds, k, rule.candidates), charges
+
+
+def _checked_queries(queries, data: Dataset, where: str):
+    """The class's queries, checked against the data's domain (a key-defined family of linear
+    thresholds is materialised: its candidates are picked by index)."""
+    if isinstance(queries, MarginalWorkload):
+        if queries.sizes != data.domain.sizes:
+            raise ValueError(f"{where}workload was built for a different domain than the data's")
+        return queries
+    if not isinstance(queries, MixedMarginalQueries | LinearThresholdQueries | RandomLinearThresholds):
+        raise TypeError(
+            f"{where}queries must be a MarginalWorkload or threshold queries, got {type(queries).__name__}"
+        )
+    if tuple(queries.sizes) != tuple(data.domain.sizes) or queries.n_numeric != len(data.domain.numeric):
+        raise ValueError(f"{where}queries were built for a different domain than the data's")
+    return queries.materialize() if isinstance(queries, RandomLinearThresholds) else queries

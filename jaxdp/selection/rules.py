@@ -46,6 +46,7 @@ float scores as computed move by at most the declared sensitivity (docs/privacy.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,11 +54,17 @@ import jax.numpy as jnp
 from jaxdp import noise as noise_module
 from jaxdp.accounting import SELECT_PRIMITIVE, TOP_K_PRIMITIVE, PlannedCharge, gumbel_scale
 from jaxdp.queries import MarginalWorkload
-from jaxdp.types import Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
-
-MARGINALS = "marginals"
-QUERIES = "queries"
-
+from jaxdp.types import (
+    MARGINALS,
+    QUERIES,
+    Array,
+    Charge,
+    Key,
+    Neighboring,
+    Sensitive,
+    pytree_dataclass,
+    static_field,
+)
 
 GRID_MAX_RECORDS = 2**24 - 1
 # steps per count of a score of sensitivity one count (1/n in fractions): GRID_STEPS
@@ -155,17 +162,37 @@ def l1_errors(true_answers: Array, synthetic_answers: Array, workload: MarginalW
     return jax.ops.segment_sum(errors, segments, num_segments=len(workload), indices_are_sorted=True)
 
 
+class SelectionBudget(NamedTuple):
+    """What the builder grants a rule: rho for each of its `rounds` rounds (`per_round`), and
+    their sum as the builder computed it (`total`; a rule that spends unevenly over the rounds,
+    as DualQuery's, splits this)."""
+
+    per_round: float
+    total: float
+    rounds: int
+
+
 @pytree_dataclass
 class Rule:
-    """What every rule shares: k picks per round, calibration, and the private draw."""
+    """What every rule shares: k picks per round, calibration, and the private draw.
+
+    Args:
+        k: candidates picked per round (k > 1: report-noisy-top-k without replacement).
+        top_k: pick with the one-shot top-k primitive even for k = 1 (RAP++'s Definition 9);
+            k > 1 always does.
+    """
 
     k: int = static_field(default=1)
+    top_k: bool = static_field(default=False)
     scale: float | None = static_field(default=None)
     sensitivity: float | None = static_field(default=None)
     noise: str = static_field(default="discrete")
 
-    candidates = MARGINALS
-    unit_sensitivity = 1.0  # in fractions, times 1/n
+    candidates: ClassVar[str] = MARGINALS
+    unit_sensitivity: ClassVar[float] = 1.0  # in fractions, times 1/n
+    # False: each candidate is picked at most once in a run (the builder masks the picked ones)
+    repeats: ClassVar[bool] = False
+    relations: ClassVar[tuple[Neighboring, ...]] = (Neighboring.REPLACE_ONE,)
 
     def scores(self, true_answers: Array, current: Array, workload: MarginalWorkload) -> Array:
         """(n_candidates,) the score of each candidate (higher: more worth measuring), from the
@@ -188,24 +215,44 @@ class Rule:
         scores = next(c for c in mro if "scores" in c.__dict__)
         return grid is not Rule and issubclass(grid, scores)
 
-    def n_candidates(self, workload: MarginalWorkload) -> int:
-        return len(workload) if self.candidates == MARGINALS else workload.n_queries
+    def n_candidates(self, workload: MarginalWorkload | None, n_queries: int) -> int:
+        """How many candidates a class offers: its marginals, its queries, or twice its queries
+        (signed)."""
+        if self.candidates == MARGINALS:
+            return len(workload)
+        return n_queries if self.candidates == QUERIES else 2 * n_queries
 
-    def calibrate(self, rho: float, n_records: int, noise: str, times: int):
-        """(this rule with its scale fixed to spend `rho` per round, its planned charge).
+    def picks(self, n_candidates: int) -> int:
+        """Candidates picked per round."""
+        del n_candidates
+        return self.k
+
+    def charges_per_round(self) -> int:
+        """The Charges a round's draw returns (one: k picks are one top-k or one exponential
+        mechanism)."""
+        return 1
+
+    def calibrate(
+        self, budget: SelectionBudget, n_records: int, noise: str
+    ) -> tuple[Rule, tuple[PlannedCharge, ...]]:
+        """(this rule with its scale fixed to spend `budget.per_round` a round, its planned charges).
 
         Privacy:
             k exponential mechanisms at epsilon = 2 sensitivity / scale each, k epsilon^2 / 8
-            zCDP per round (Cesar & Rogers 2021), `times` rounds.
+            zCDP per round (Cesar & Rogers 2021), `budget.rounds` rounds.
         """
         if noise == "discrete" and self.exact:
             steps_per_count(self.unit_sensitivity)
             check_grid_records(n_records)
         sensitivity = self.unit_sensitivity / n_records
-        scale = gumbel_scale(sensitivity, rho, count=self.k)
-        primitive = (SELECT_PRIMITIVE if self.k == 1 else TOP_K_PRIMITIVE)[noise]
-        charge = PlannedCharge("select", primitive, sensitivity, scale, count=self.k, times=times)
-        return dataclasses.replace(self, scale=scale, sensitivity=sensitivity, noise=noise), charge
+        scale = gumbel_scale(sensitivity, budget.per_round, count=self.k)
+        primitive = (TOP_K_PRIMITIVE if self._one_shot else SELECT_PRIMITIVE)[noise]
+        charge = PlannedCharge("select", primitive, sensitivity, scale, count=self.k, times=budget.rounds)
+        return dataclasses.replace(self, scale=scale, sensitivity=sensitivity, noise=noise), (charge,)
+
+    @property
+    def _one_shot(self) -> bool:
+        return self.top_k or self.k > 1
 
     def __call__(
         self,
@@ -213,21 +260,24 @@ class Rule:
         counts: Sensitive,
         n_records: int,
         current: Array,
-        workload: MarginalWorkload,
-        eligible: Array,
-    ) -> tuple[Array, Charge]:
+        workload: MarginalWorkload | None,
+        eligible: Array | None,
+        t: Array,
+    ) -> tuple[Array, tuple[Charge, ...]]:
         """Pick k eligible candidates with large error.
 
         Args:
             key: the round's SELECT stream key.
-            counts: private (n_queries,) int32 true counts of the workload.
+            counts: private (n_queries,) int32 true counts of the class's queries.
             n_records: n (public under replace-one): the answers are counts / n.
             current: (n_queries,) answers of the current synthetic distribution (fractions).
-            workload: the marginals.
-            eligible: (n_candidates,) bool, e.g. not measured yet; at least k True.
+            workload: the marginals (None for a class of single threshold queries).
+            eligible: (n_candidates,) bool, e.g. not measured yet; at least k True (None for a
+                rule that `repeats`: every candidate, every round).
+            t: the round index (this class's).
 
         Returns:
-            ((k,) int32 candidate indices, Charge).
+            ((k,) int32 candidate indices, the Charges of the draws).
 
         Privacy:
             Reads the true counts through the scores; k exponential mechanisms (see `calibrate`).
@@ -235,6 +285,7 @@ class Rule:
             GRID_STEPS steps (`noise.grid_exponential`); otherwise float scores with the stated
             quantisation allowance (`noise.discrete_exponential`) or Gumbel-max (float).
         """
+        del t  # these scores do not depend on the round
         if self.noise == "discrete" and self.exact:
             scores = counts.map(lambda c: self.grid_scores(c, current, n_records, workload))
             pick_one, pick_k = noise_module.select_grid, noise_module.select_top_k_grid
@@ -242,10 +293,11 @@ class Rule:
             scores = counts.map(lambda c: self.scores(c / n_records, current, workload))
             pick_one, pick_k = noise_module.select, noise_module.select_top_k
         settings = dict(scale=self.scale, sensitivity=self.sensitivity, noise=self.noise, mask=eligible)
-        if self.k == 1:
+        if not self._one_shot:
             chosen, charge = pick_one(key, scores, **settings)
-            return chosen[None], charge
-        return pick_k(key, scores, k=self.k, **settings)
+            return chosen[None], (charge,)
+        chosen, charge = pick_k(key, scores, k=self.k, **settings)
+        return chosen, (charge,)
 
 
 @pytree_dataclass
@@ -296,3 +348,28 @@ class QueryError(Rule):
         del workload
         steps = steps_per_count(self.unit_sensitivity)
         return cell_error_steps(counts, answers_in_steps(current, n_records, steps), steps)
+
+
+@pytree_dataclass
+class Everything(Rule):
+    """Every candidate of the class at once, picked without looking at the data (no privacy
+    cost): what the baselines "select" (Independent: the 1-way marginals; Gaussian: the
+    workload). It fits one round: each candidate is measured at most once."""
+
+    relations: ClassVar[tuple[Neighboring, ...]] = (Neighboring.REPLACE_ONE, Neighboring.ADD_REMOVE)
+
+    def picks(self, n_candidates: int) -> int:
+        return n_candidates
+
+    def charges_per_round(self) -> int:
+        return 0
+
+    def calibrate(self, budget, n_records, noise):
+        """(this rule, no planned charge): it draws nothing."""
+        del budget, n_records
+        return dataclasses.replace(self, noise=noise), ()
+
+    def __call__(self, key, counts, n_records, current, workload, eligible, t):
+        """(every candidate index, no charge). Reads nothing private."""
+        del key, counts, n_records, current, workload, t
+        return jnp.arange(eligible.shape[0], dtype=jnp.int32), ()

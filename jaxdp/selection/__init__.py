@@ -1,0 +1,65 @@
+"""Selection rules: the private "select" step of Adaptive Measurements, as public parts.
+
+A rule scores a query class's candidates by the error of the current synthetic answers against
+the true ones and picks some of them with the exponential mechanism (exact, on integer scores, by
+default; Gumbel-max under noise="float"). `jaxdp.adaptive` calibrates it from its share of the
+budget and composes it with a measurement and a family.
+
+- `MaxError`: marginals by their largest cell error (the marginal trick; MWEM, PEP, RAP, GEM,
+  RAP++'s categorical marginals); `k` picks a round, `top_k` for the one-shot top-k primitive.
+- `L1Error`: marginals by the sum of their cell errors (AIM's score without its weights and
+  noise penalty).
+- `QueryError`: single counting queries by their error (MWEM and PEP without the marginal trick;
+  RAP++'s threshold queries).
+- `SignedError`: counting queries and their negations by their signed error (FEM).
+- `SignedErrorSamples`: i.i.d. samples from the query player's multiplicative weights (DualQuery).
+- `Everything`: every candidate, without looking at the data (the Independent and Gaussian
+  baselines).
+
+See `jaxdp.selection.rules` for writing a rule of your own.
+"""
+
+from jaxdp.selection.games import SignedError, SignedErrorSamples
+from jaxdp.selection.rules import (
+    GRID_MAX_RECORDS,
+    GRID_STEPS_PER_COUNT,
+    Everything,
+    L1Error,
+    MaxError,
+    QueryError,
+    Rule,
+    SelectionBudget,
+    answers_in_steps,
+    cell_error_steps,
+    check_grid_records,
+    l1_answers_in_steps,
+    l1_error_steps,
+    l1_errors,
+    max_cell_error_steps,
+    max_cell_errors,
+    score_sensitivity,
+    steps_per_count,
+)
+
+__all__ = [
+    "GRID_MAX_RECORDS",
+    "GRID_STEPS_PER_COUNT",
+    "Everything",
+    "L1Error",
+    "MaxError",
+    "QueryError",
+    "Rule",
+    "SelectionBudget",
+    "SignedError",
+    "SignedErrorSamples",
+    "answers_in_steps",
+    "cell_error_steps",
+    "check_grid_records",
+    "l1_answers_in_steps",
+    "l1_error_steps",
+    "l1_errors",
+    "max_cell_error_steps",
+    "max_cell_errors",
+    "score_sensitivity",
+    "steps_per_count",
+]
