@@ -16,7 +16,7 @@ from jaxdp.mechanisms.independent import independent
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
 from jaxdp.mechanisms.rap import rap, rap_softmax
-from jaxdp.mechanisms.rap_plus import RapPlusPlus, rap_plus_plus
+from jaxdp.mechanisms.rap_plus import rap_plus_plus
 
 __all__ = [
     "AIM",
@@ -26,7 +26,6 @@ __all__ = [
     "AimModel",
     "GeneratorModel",
     "GraphicalModel",
-    "RapPlusPlus",
     "adaptive",
     "aim",
     "aim_gem",
