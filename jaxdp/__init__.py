@@ -17,8 +17,8 @@ from jaxdp.keys import secure_root_key
 from jaxdp.ledger import AuditError, LedgerEntry, rho_spent
 from jaxdp.loop import ManyResult, RunResult, jit_step, release, run, run_many
 from jaxdp.mechanisms import (
-    AIM,
     Adaptive,
+    Annealed,
     adaptive,
     aim,
     aim_gem,
@@ -42,8 +42,8 @@ from jaxdp.types import Neighboring, Sensitive
 logging.getLogger("jaxdp").addHandler(logging.NullHandler())
 
 __all__ = [
-    "AIM",
     "Adaptive",
+    "Annealed",
     "AuditError",
     "BudgetExceededError",
     "Categorical",

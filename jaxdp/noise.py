@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp import samplers
+from jaxdp.accounting import gaussian_sigma
 from jaxdp.keys import require_key
 from jaxdp.types import Array, Charge, Key, Sensitive
 
@@ -78,6 +79,16 @@ def _charge(primitive: str, sensitivity: float, scale: float, count: int = 1) ->
         scale=jnp.asarray(scale, jnp.float32),
         count=jnp.asarray(count, jnp.int32),
     )
+
+
+def count_sigma(sensitivity: float, rho: float, noise: str) -> float:
+    """The Gaussian scale, in counts, of a measurement of L2 sensitivity `sensitivity` (counts)
+    costing at most `rho`: `accounting.gaussian_sigma`, raised under discrete noise to the exact
+    sampler's smallest scale (`samplers.SIGMA_MIN`, 1/64 of a count). Huge budgets ask for less;
+    raising sigma only lowers the cost, and below it the integer noise is zero with probability
+    1 - exp(-2048) anyway."""
+    sigma = gaussian_sigma(sensitivity, rho)
+    return max(sigma, samplers.SIGMA_MIN) if noise == "discrete" else sigma
 
 
 def idle(primitive: str) -> Charge:

@@ -8,13 +8,17 @@ The families `jaxdp.adaptive` composes (a family of your own subclasses `Family`
 - `RAP`, `GEM`: relaxed rows (clipped or softmax) and a generator network, fitted by Adam;
 - `BestResponses`, `PerturbedLeader`: multisets of an oracle's best responses (DualQuery, FEM);
 - `Product`, `NoisyAnswers`: the baselines' product of noisy 1-way marginals and raw noisy
-  answers (Independent, Gaussian).
+  answers (Independent, Gaussian);
+- `GraphicalModel`: Private-PGM's estimator (AIM), fitted on the host;
+- `GeneratorModel`: GEM's generator fitted to counts by inverse-variance least squares (AIM-GEM).
 """
 
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.families.baselines import NoisyAnswers, Product
 from jaxdp.families.fitted import GEM, RAP
 from jaxdp.families.games import BestResponses, PerturbedLeader
+from jaxdp.families.generator_model import GeneratorModel
+from jaxdp.families.graphical import GraphicalModel
 from jaxdp.families.histogram_update import MW, PEP
 
 __all__ = [
@@ -25,6 +29,8 @@ __all__ = [
     "BestResponses",
     "ClassShape",
     "Family",
+    "GeneratorModel",
+    "GraphicalModel",
     "Measured",
     "NoisyAnswers",
     "PerturbedLeader",

@@ -28,15 +28,18 @@ class ClassShape(NamedTuple):
 
     queries: the class's queries: a `MarginalWorkload`, or threshold queries
         (`MixedMarginalQueries`, `LinearThresholdQueries`; RAP++'s classes).
-    rounds: the rounds that select from this class.
-    per_round: candidates picked in each of them.
+    rounds: the rounds that select from this class (at most, under a privacy filter).
+    per_round: candidates picked in each of them; None when it varies (a filter rule measures
+        every 1-way marginal in its first round, one marginal a round after).
     candidates: what a pick is (`MARGINALS`, `QUERIES` or `SIGNED_QUERIES`).
+    capacity: the most picks the run records in all (rounds x per_round for a fixed schedule).
     """
 
     queries: Any
     rounds: int
-    per_round: int
+    per_round: int | None
     candidates: str
+    capacity: int
 
 
 class Measured(NamedTuple):
@@ -114,6 +117,13 @@ class Family:
         """The current model's answers to the queries (fractions under replace-one, counts under
         add-remove): (n_queries,) for one class, or a tuple with one per class."""
         raise NotImplementedError
+
+    def candidate_answers(self, model: Any, eligible: Any) -> Array:
+        """`answers` of the marginals a filter rule may pick next (`eligible`, (n_marginals,)
+        bool); a family for which the others are costly (Private-PGM's) may leave them at 0.
+        Host code, called outside jit."""
+        del eligible
+        return self.answers(model)
 
     def record(self, model: Any, measured: Measured, current: Array, r: Array) -> Any:
         """The model with this round's measurements recorded (cheap; no fitting).

@@ -86,8 +86,8 @@ class _Histogram(Family):
             self,
             support=support,
             padding=padding,
-            capacity=shape.rounds * shape.per_round,
-            per_round=shape.per_round,
+            capacity=shape.capacity,
+            per_round=self._per_round(shape.per_round),
             single_queries=shape.candidates == QUERIES,
             unit=1.0 / n_records,
         )
@@ -113,7 +113,8 @@ class _Histogram(Family):
         del current
         measurements = model.measurements
         values = measured.counts * self.unit
-        for j in range(self.per_round):
+        first = jnp.sum(measurements.filled)  # the next free slot
+        for j in range(measured.marginal.shape[0]):
             marginal, cell = measured.marginal[j], measured.cell[j]
             if self.single_queries:
                 target = (
@@ -123,7 +124,7 @@ class _Histogram(Family):
                 )
             else:
                 target = project_to_simplex(values[j], self.padding.valid[marginal])
-            measurements = measurements.record(r * self.per_round + j, marginal, cell, target)
+            measurements = measurements.record(first + j, marginal, cell, target)
         return model._replace(measurements=measurements)
 
     def update(self, model: HistogramModel, t: Array, key: Key, last: Array | bool):
@@ -133,6 +134,10 @@ class _Histogram(Family):
         probs = probabilities(log_weights)
         average = model.average + (probs - model.average) / (t + 1).astype(jnp.float32)
         return HistogramModel(log_weights, average, model.measurements), jnp.zeros((), jnp.int32)
+
+    def _per_round(self, per_round: int | None) -> int:
+        """Picks per round (0 where they vary: the measurements take the next free slots)."""
+        return 0 if per_round is None else per_round
 
     def _update(self, log_weights: Array, meas: Measurements, t: Array) -> Array:
         raise NotImplementedError
@@ -174,6 +179,14 @@ class MW(_Histogram):
 
     step_size: float = static_field(default=0.5)
     replay_passes: int = static_field(default=1)
+
+    def _per_round(self, per_round: int | None) -> int:
+        if per_round is None:
+            raise ValueError(
+                "MW updates on each round's newest measurements, so it needs the same picks every "
+                "round; a filter rule's rounds vary (use PEP, RAP, GEM or a graphical model)"
+            )
+        return per_round
 
     def _update(self, log_weights, meas, t):
         for j in range(self.per_round):

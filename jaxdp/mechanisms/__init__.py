@@ -1,13 +1,15 @@
-"""Mechanisms: each a frozen pytree with init/step/release, built by a validating factory.
+"""Mechanisms: the Adaptive Measurements builder and its presets.
 
-`adaptive` composes a selection rule, the measurement and a family into a mechanism; MWEM, PEP,
-PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM and GEM-Pub are its presets. AIM's driver takes a model
-(`AimModel`): Private-PGM's `GraphicalModel` or GEM's `GeneratorModel`.
+`adaptive` composes a selection rule, a measurement and a family into a mechanism (an `Adaptive`,
+or for AIM's filter rule an `Annealed`); every shipped mechanism is a preset of it: MWEM, PEP,
+PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent, Gaussian,
+AIM and AIM-GEM.
 """
 
-from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, adaptive
-from jaxdp.mechanisms.aim import AIM, AimModel, GraphicalModel, aim
-from jaxdp.mechanisms.aim_gem import GeneratorModel, aim_gem
+from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, QueryClass, adaptive
+from jaxdp.mechanisms.aim import aim
+from jaxdp.mechanisms.aim_gem import aim_gem
+from jaxdp.mechanisms.annealed import Annealed, AnnealedState, ErrorBounds
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import gaussian
@@ -19,13 +21,13 @@ from jaxdp.mechanisms.rap import rap, rap_softmax
 from jaxdp.mechanisms.rap_plus import rap_plus_plus
 
 __all__ = [
-    "AIM",
     "Adaptive",
     "AdaptiveInfo",
     "AdaptiveState",
-    "AimModel",
-    "GeneratorModel",
-    "GraphicalModel",
+    "Annealed",
+    "AnnealedState",
+    "ErrorBounds",
+    "QueryClass",
     "adaptive",
     "aim",
     "aim_gem",

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxdp import _checks, samplers
+from jaxdp import _checks
 from jaxdp import noise as noise_module
-from jaxdp.accounting import CONVERSIONS, SELECT_PRIMITIVE, Plan, gaussian_sigma
+from jaxdp.accounting import CONVERSIONS, SELECT_PRIMITIVE, Plan
 from jaxdp.domain import DataError, Dataset
 from jaxdp.queries import (
     MarginalWorkload,
@@ -139,16 +139,6 @@ def count_unit(relation: Neighboring, n_records: int) -> float:
     """What one count is worth in a mechanism's answers: 1 under add/remove, 1 / n (public)
     under replace-one. Noisy counts times this are the noisy answers (post-processing)."""
     return 1.0 if relation is Neighboring.ADD_REMOVE else 1.0 / n_records
-
-
-def count_sigma(sensitivity: float, rho: float, noise: str) -> float:
-    """The Gaussian scale, in counts, of a measurement of L2 sensitivity `sensitivity` (counts)
-    costing at most `rho`: `accounting.gaussian_sigma`, raised under discrete noise to the exact
-    sampler's smallest scale (`samplers.SIGMA_MIN`, 1/64 of a count). Huge budgets ask for less;
-    raising sigma only lowers the cost, and below it the integer noise is zero with probability
-    1 - exp(-2048) anyway."""
-    sigma = gaussian_sigma(sensitivity, rho)
-    return max(sigma, samplers.SIGMA_MIN) if noise == "discrete" else sigma
 
 
 def round_shares(rho_budget: float, rounds: int, alpha: float) -> tuple[float, float]:

@@ -39,27 +39,27 @@ from jax.sharding import Mesh
 from jaxdp import _checks
 from jaxdp import noise as noise_module
 from jaxdp.accounting import Plan
-from jaxdp.domain import Dataset
+from jaxdp.domain import DataError, Dataset
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import GaussianCounts
 from jaxdp.mechanisms._common import (
     as_relation,
     class_counts,
-    count_sigma,
     idle_charge,
     interleave,
     make_plan,
     require_categorical,
     round_shares,
 )
+from jaxdp.mechanisms.annealed import Annealed, annealed
 from jaxdp.queries import (
     LinearThresholdQueries,
     MarginalWorkload,
     MixedMarginalQueries,
     RandomLinearThresholds,
 )
-from jaxdp.selection import Rule, SelectionBudget
+from jaxdp.selection import AIMSelection, Rule, SelectionBudget
 from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 # The default measurement (unbound: `adaptive` calibrates it to each class).
@@ -257,15 +257,17 @@ def adaptive(
     mesh: Mesh | None = None,
     name: str = "adaptive",
     label: str | None = None,
-) -> Adaptive:
+) -> Adaptive | Annealed:
     """Compose a selection rule, a measurement and a family into a mechanism; its plan is fixed
-    here, before anything runs.
+    here, before anything runs (or, for a filter rule, its budget and the filter that keeps it).
 
     Args:
         data: the private records (categorical, unless the family fits numeric columns).
         workload: the marginals to answer (with `select` and `rounds`; or give `classes`).
         select: a `jaxdp.selection.Rule` (`MaxError(k=...)`, `L1Error`, `QueryError`,
-            `SignedError`, `SignedErrorSamples`, `Everything`, or one of your own).
+            `SignedError`, `SignedErrorSamples`, `Everything`, or one of your own), or
+            `jaxdp.selection.AIMSelection()` (AIM's rule: budget annealing and a privacy filter;
+            the mechanism is then an `Annealed`, run as a Python loop, with `rounds` its T).
         family: a family from `jaxdp.families` with its settings, or one of your own (a
             `jaxdp.families.Family`).
         rounds: T; with a rule that picks each candidate at most once, rounds x picks must not
@@ -308,6 +310,25 @@ def adaptive(
     if measure is not None and not isinstance(measure, GaussianCounts):
         raise TypeError(
             f"measure must be jaxdp.measurement.GaussianCounts() or None, got {type(measure).__name__}"
+        )
+    if isinstance(select, AIMSelection):
+        if classes is not None or alpha is not None or measure is None:
+            raise ValueError(
+                "AIMSelection selects from one workload, splits each round itself (its alpha) and "
+                "measures what it picks: give workload, and leave classes, alpha and measure unset"
+            )
+        return annealed(
+            data,
+            workload,
+            select=select,
+            family=family,
+            rounds=rounds,
+            plan=plan,
+            relation=relation,
+            noise=noise,
+            public=public,
+            mesh=mesh,
+            name=name,
         )
     classes = _query_classes(workload, select, rounds, classes, label)
     if not family.numeric:
@@ -436,7 +457,7 @@ def _build_class(i, spec, data, family, measure, rho, *, alpha, relation, noise,
             k=k,
             n_candidates=n_candidates,
             relation=relation,
-            sigma_for=lambda s: count_sigma(s, rho_measure, noise),
+            sigma_for=lambda s: noise_module.count_sigma(s, rho_measure, noise),
             noise=noise,
             times=rounds,
         )
@@ -444,7 +465,7 @@ def _build_class(i, spec, data, family, measure, rho, *, alpha, relation, noise,
     if spec.label is not None:
         charges = tuple(dataclasses.replace(c, label=f"{c.label} {spec.label}") for c in charges)
     part = SelectionClass(counts, selection, measurement, workload, n_queries, n_candidates, k)
-    return part, ClassShape(queries, rounds, k, rule.candidates), charges
+    return part, ClassShape(queries, rounds, k, rule.candidates, rounds * k), charges
 
 
 def _checked_queries(queries, data: Dataset, where: str):
@@ -452,12 +473,12 @@ def _checked_queries(queries, data: Dataset, where: str):
     thresholds is materialised: its candidates are picked by index)."""
     if isinstance(queries, MarginalWorkload):
         if queries.sizes != data.domain.sizes:
-            raise ValueError(f"{where}workload was built for a different domain than the data's")
+            raise DataError(f"{where}workload was built for a different domain than the data's")
         return queries
     if not isinstance(queries, MixedMarginalQueries | LinearThresholdQueries | RandomLinearThresholds):
         raise TypeError(
             f"{where}queries must be a MarginalWorkload or threshold queries, got {type(queries).__name__}"
         )
     if tuple(queries.sizes) != tuple(data.domain.sizes) or queries.n_numeric != len(data.domain.numeric):
-        raise ValueError(f"{where}queries were built for a different domain than the data's")
+        raise DataError(f"{where}queries were built for a different domain than the data's")
     return queries.materialize() if isinstance(queries, RandomLinearThresholds) else queries

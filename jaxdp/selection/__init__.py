@@ -15,10 +15,13 @@ budget and composes it with a measurement and a family.
 - `SignedErrorSamples`: i.i.d. samples from the query player's multiplicative weights (DualQuery).
 - `Everything`: every candidate, without looking at the data (the Independent and Gaussian
   baselines).
+- `AIMSelection`: AIM's weighted L1 score with budget annealing and a privacy filter (AIM,
+  AIM-GEM); it drives its mechanism from the host, round by round.
 
 See `jaxdp.selection.rules` for writing a rule of your own.
 """
 
+from jaxdp.selection.annealed import AIMSelection, RoundRecord
 from jaxdp.selection.games import SignedError, SignedErrorSamples
 from jaxdp.selection.rules import (
     GRID_MAX_RECORDS,
@@ -44,10 +47,12 @@ from jaxdp.selection.rules import (
 __all__ = [
     "GRID_MAX_RECORDS",
     "GRID_STEPS_PER_COUNT",
+    "AIMSelection",
     "Everything",
     "L1Error",
     "MaxError",
     "QueryError",
+    "RoundRecord",
     "Rule",
     "SelectionBudget",
     "SignedError",

@@ -1,0 +1,438 @@
+"""AIM's selection rule with budget annealing and a privacy filter (McKenna et al., VLDB 2022,
+Algorithms 2-4), as a public part: `AIMSelection`.
+
+Composed by `jaxdp.adaptive` with any family of marginals (Private-PGM's `GraphicalModel` for
+`jaxdp.aim`, GEM's `GeneratorModel` for `jaxdp.aim_gem`, or PEP, MW, RAP, GEM), it drives the
+mechanism round by round from the host (`jaxdp.mechanisms.annealed.Annealed`):
+
+- candidates: the downward closure W+ of the workload, weights w_r = sum_s c_s |r ∩ s|;
+- round 0 (Algorithm 3): one Gaussian measurement of every 1-way candidate marginal;
+- round t: quality score q_r = w_r (||M_r(D) - M_r(model)||_1 - sqrt(2/pi) sigma_t n_r) with
+  sensitivity Delta_t = L1 * max_{r in C_t} w_r, exponential mechanism at epsilon_t, then a
+  Gaussian measurement of the picked marginal at sigma_t;
+- budget annealing (Algorithm 4): sigma halves and epsilon doubles when the last measurement moved
+  the model's answer on the picked marginal by at most its expected noise sqrt(2/pi) sigma n_r;
+- the privacy filter (Theorem 1): when what is left cannot pay two more rounds, the next round
+  spends exactly the rest and is the last.
+
+Counts under both relations (n is public under replace-one, so counts and fractions carry the
+same information): the sensitivities are n times the fraction ones there. Integer counts are
+scored exactly (`grid_quality_scores`) and selected by the exact exponential mechanism
+(`noise="discrete"`, the default), or on float scores by Gumbel-max (`noise="float"`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp import _checks, noise, samplers
+from jaxdp.accounting import (
+    MEASURE_PRIMITIVE,
+    SELECT_PRIMITIVE,
+    Plan,
+    PlannedCharge,
+    charge_rho,
+    float32_ceil,
+    gumbel_scale,
+)
+from jaxdp.queries import MarginalWorkload, aim_weights, downward_closure, marginal_sensitivity
+from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+class RoundRecord(NamedTuple):
+    """What round t of AIM released about its selection (all public).
+
+    selected: candidate index r_t; sigma, epsilon: the round's noise scale and selection epsilon;
+    score_sensitivity: Delta_t = max_{r in C_t} w_r (times the relation's L1 sensitivity);
+    n_eligible: |C_t|; selected_error: ||M_{r_t}(p_hat_{t-1}) - y_t||_1 (counts).
+    """
+
+    selected: int
+    sigma: float
+    epsilon: float
+    score_sensitivity: float
+    n_eligible: int
+    selected_error: float
+
+
+class Schedule(NamedTuple):
+    """The annealing state between rounds (host floats, all public).
+
+    sigma, epsilon: the next round's parameters (epsilon None: the filter's final round comes
+    next); rho_spent: rho spent so far; charges: (primitive code, sensitivity, scale) of every
+    primitive invoked, in order (the realised plan); done: the budget is spent.
+    """
+
+    sigma: float
+    epsilon: float | None
+    rho_spent: float
+    charges: tuple[tuple[int, float, float], ...]
+    done: bool
+
+
+@jax.jit
+def _candidate_l1(true_counts: Array, model_counts: Array, segments: Array, template: Array) -> Array:
+    """(n_candidates,) ||M_r(D) - M_r(p_hat)||_1; `template` only carries the output length."""
+    return jax.ops.segment_sum(
+        jnp.abs(true_counts - model_counts), segments, num_segments=template.shape[0], indices_are_sorted=True
+    )
+
+
+def quality_scores(
+    true_counts: Array, model_counts: Array, candidates: MarginalWorkload, weights: Array, sigma: float
+) -> Array:
+    """(n_candidates,) AIM's q_r = w_r (||M_r(D) - M_r(model)||_1 - sqrt(2/pi) sigma n_r).
+
+    Args:
+        true_counts, model_counts: (candidates.n_queries,) counts of every candidate cell.
+        weights: (n_candidates,) w_r; sigma: the round's measurement noise scale.
+    """
+    segments = jnp.asarray(candidates.marginal_of_query())
+    template = jnp.zeros(len(candidates), jnp.float32)
+    penalty = SQRT_2_OVER_PI * sigma * np.asarray(candidates.cells, np.float64)
+    true_counts = jnp.asarray(true_counts, jnp.float32)  # exact: counts are below 2^24
+    l1 = _candidate_l1(true_counts, jnp.asarray(model_counts, jnp.float32), segments, template)
+    return jnp.asarray(weights, jnp.float32) * (l1 - jnp.asarray(penalty, jnp.float32))
+
+
+# Exact quality scores (noise="discrete"), on the host in int64. The L1 error is counted in
+# steps of 1 / COUNT_STEPS counts, the weights w_r / w_max in steps of 2^-WEIGHT_BITS; see
+# `grid_quality_steps` for the bound.
+COUNT_STEPS = 64
+WEIGHT_BITS = 16
+_MODEL_TOTAL_LIMIT = 2.0**32  # a marginal's public model counts are scaled to sum to at most this
+_PENALTY_LIMIT = 2**40
+
+
+def grid_quality_scores(
+    true_counts: np.ndarray,
+    model_counts: np.ndarray,
+    candidates: MarginalWorkload,
+    weights: np.ndarray,
+    mask: np.ndarray,
+    sigma: float,
+    l1_sensitivity: float,
+) -> np.ndarray:
+    """(n_candidates,) int32 `grid_quality_steps` relative to the best eligible one: max(Q_r,
+    best - 2^30) - best, in [-2^30, 0] (masked candidates get -2^30), what the sampler takes."""
+    mask = np.asarray(mask, bool)
+    quality = grid_quality_steps(true_counts, model_counts, candidates, weights, mask, sigma, l1_sensitivity)
+    best = quality[mask].max()
+    relative = np.maximum(quality, best - noise.GRID_LIMIT) - best
+    return np.where(mask, relative, -noise.GRID_LIMIT).astype(np.int32)
+
+
+def grid_quality_steps(
+    true_counts: np.ndarray,
+    model_counts: np.ndarray,
+    candidates: MarginalWorkload,
+    weights: np.ndarray,
+    mask: np.ndarray,
+    sigma: float,
+    l1_sensitivity: float,
+) -> np.ndarray:
+    """(n_candidates,) int64 AIM quality scores Q_r in grid steps of Delta_t / GRID_STEPS,
+    computed exactly from the true counts (0 for masked candidates).
+
+    With K = COUNT_STEPS, L = l1_sensitivity (a marginal's L1 sensitivity in counts: 2 under
+    replace-one, 1 under add-remove), W_r = floor(2^16 w_r / w_max) over the eligible candidates
+    (w_max = max_{r in C_t} w_r, so Delta_t = L w_max) and D = 2^16 K L / GRID_STEPS:
+
+        E_r = sum_cells |K c - M|,  M = round(K mu) (public model counts mu, clipped to >= 0 and
+              scaled to sum to at most 2^32 per marginal),
+        P_r = round(K sqrt(2/pi) sigma n_r)  (public),
+        Q_r = floor(W_r (E_r - P_r) / D)  ~  q_r / (Delta_t / GRID_STEPS).
+
+    A neighbouring dataset moves c by +-1 in at most two cells of a marginal (replace-one) or one
+    (add-remove): E_r moves by at most K L, W_r (E_r - P_r) by at most 2^16 K L = GRID_STEPS D,
+    and the floor of a quotient by D by at most GRID_STEPS (floor(x) - floor(y) < x - y + 1 with
+    x - y <= GRID_STEPS). The best eligible Q moves by at most GRID_STEPS too, so max(Q_r,
+    best - 2^30) does (a max of two such functions), and subtracting the best from every
+    candidate leaves the exponential mechanism's law unchanged (`grid_quality_scores`). Every
+    product stays below 2^58.
+
+    Args:
+        true_counts: (candidates.n_queries,) the true integer counts (private).
+        model_counts: (candidates.n_queries,) the model's counts (public).
+        weights: (n_candidates,) w_r; mask: (n_candidates,) bool C_t; sigma: the round's noise.
+        l1_sensitivity: L, the declared L1 sensitivity of a marginal in counts (a multiple of
+            2^-16; the bound above holds if the true one is at most L).
+    """
+    steps = noise.GRID_STEPS
+    # D = 2^16 K L / GRID_STEPS must be a whole number: L a multiple of 2^-16 counts (in practice
+    # 2 or 1; (2 / n) * n may miss 2 by an ulp, hence the rounding)
+    scaled_ell = 2**WEIGHT_BITS * COUNT_STEPS * float(l1_sensitivity) / steps
+    divisor = round(scaled_ell)
+    if divisor < 1 or abs(divisor - scaled_ell) > 1e-9 * divisor:
+        raise ValueError(
+            "exact AIM scores need an L1 sensitivity that is a multiple of 2^-16 counts, "
+            f"got {l1_sensitivity!r}"
+        )
+    segments = candidates.marginal_of_query()
+    cells = np.asarray(candidates.cells, np.int64)
+    mu = np.clip(np.asarray(model_counts, np.float64), 0.0, _MODEL_TOTAL_LIMIT)
+    totals = np.bincount(segments, weights=mu, minlength=len(candidates))
+    mu = mu * np.minimum(1.0, _MODEL_TOTAL_LIMIT / np.maximum(totals, 1.0))[segments]
+    model = np.rint(COUNT_STEPS * mu).astype(np.int64)
+    errors = np.abs(COUNT_STEPS * np.asarray(true_counts, np.int64) - model)
+    l1 = np.add.reduceat(errors, np.asarray(candidates.offsets, np.int64))  # <= K (n + 2^32 + cells) < 2^40
+    penalty = np.rint(np.minimum(COUNT_STEPS * SQRT_2_OVER_PI * float(sigma) * cells, _PENALTY_LIMIT))
+    mask = np.asarray(mask, bool)
+    weights = np.asarray(weights, np.float64)
+    w_max = float(weights[mask].max())
+    scaled = np.where(mask, np.floor(weights * 2.0**WEIGHT_BITS / w_max), 0.0).astype(np.int64)
+    return (scaled * (l1 - penalty.astype(np.int64))) // divisor  # floor division, |.| < 2^57
+
+
+@pytree_dataclass
+class AIMSelection:
+    """AIM's selection, budget annealing and privacy filter (module docstring).
+
+    Args:
+        alpha: share of each round's budget spent on the measurement (the rest on the selection;
+            the paper's 0.9).
+
+    Bound by `jaxdp.adaptive` (`bind`) to the workload, whose downward closure is the candidate
+    set, and to the run: `max_rounds` T (default 16 d: the count the initial sigma and epsilon
+    are calibrated for, and the most adaptive rounds the filter runs).
+
+    Privacy:
+        Relation: add/remove (counts: a marginal's L2 and L1 sensitivity are 1) or replace-one
+        (counts with n public: L2 sqrt(2), L1 2). Round 0: one Gaussian measurement of the d1
+        one-way marginals together (L2 sensitivity sqrt(d1) times a marginal's, scale sigma_0:
+        the paper's d1 separate measurements, same noise and cost). Round t >= 1: exponential
+        mechanism (exact; Gumbel-max under noise="float") on q_r with sensitivity
+        Delta_t = L1 * max_{r in C_t} w_r at epsilon_t, epsilon_t^2 / 8 zCDP (Cesar & Rogers
+        2021), then a Gaussian measurement at sigma_t, L2^2 / (2 sigma_t^2) zCDP. The filter
+        (Theorem 1; Feldman & Zrnic 2021, Rogers et al. 2016) keeps the realised sum <= rho.
+        C_t (the family's `eligible`) depends on released values only.
+    """
+
+    alpha: float = static_field(default=0.9)
+    candidates: MarginalWorkload | None = static_field(default=None)
+    weights: tuple[float, ...] = static_field(default=())
+    max_rounds: int = static_field(default=0)
+    l1_sensitivity: float = static_field(default=1.0)
+    l2_sensitivity: float = static_field(default=1.0)
+    noise: str = static_field(default="discrete")
+
+    kind: ClassVar[str] = MARGINALS
+    relations: ClassVar[tuple[Neighboring, ...]] = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)
+
+    def bind(
+        self,
+        workload: MarginalWorkload,
+        *,
+        relation: Neighboring,
+        n_records: int,
+        rounds: int | None,
+        noise: str,
+    ) -> AIMSelection:
+        """This rule over `workload`'s downward closure for a run of at most `rounds` adaptive
+        rounds (None: 16 d).
+
+        Raises:
+            ValueError: alpha outside (0, 1), or rounds below the workload's attribute count.
+        """
+        d = len(workload.sizes)
+        max_rounds = 16 * d if rounds is None else _checks.positive_int(rounds, "max_rounds")
+        alpha = _checks.fraction(self.alpha, "alpha")
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        candidates = downward_closure(workload)
+        one_way = sum(len(c) == 1 for c in candidates.cliques)
+        if max_rounds < one_way:
+            # Theorem 1 needs T >= d: the initial 1-way measurements cost alpha rho d1 / T <= rho.
+            raise ValueError(
+                f"max_rounds must be >= {one_way} (the attributes in the workload), got {max_rounds}"
+            )
+        l1, l2 = marginal_sensitivity(relation, n_records)
+        scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n_records)
+        return dataclasses.replace(
+            self,
+            alpha=alpha,
+            candidates=candidates,
+            weights=tuple(float(w) for w in aim_weights(workload, candidates)),
+            max_rounds=max_rounds,
+            l1_sensitivity=l1 * scale,
+            l2_sensitivity=l2 * scale,
+            noise=noise,
+        )
+
+    # -- the candidates ---------------------------------------------------------------------
+
+    def one_way(self) -> list[int]:
+        """The 1-way candidates (measured together in round 0)."""
+        return [i for i, c in enumerate(self.candidates.cliques) if len(c) == 1]
+
+    def span(self, i: int) -> slice:
+        """Candidate i's cells in the candidates' flat counts."""
+        start = self.candidates.offsets[i]
+        return slice(start, start + self.candidates.cells[i])
+
+    @property
+    def largest_measurement(self) -> int:
+        """The most entries one measurement can have: a candidate, or round 0's 1-way marginals."""
+        return max(max(self.candidates.cells), sum(self.candidates.cells[i] for i in self.one_way()))
+
+    # -- the schedule -----------------------------------------------------------------------
+
+    @property
+    def measure_primitive(self) -> str:
+        return MEASURE_PRIMITIVE[self.noise]
+
+    @property
+    def select_primitive(self) -> str:
+        return SELECT_PRIMITIVE[self.noise]
+
+    def start(self, rho_budget: float) -> Schedule:
+        """The schedule before round 0: (sigma_0, epsilon_0) calibrated as if the run lasted T
+        rounds (Algorithm 2, line 3)."""
+        sigma0 = self.l2_sensitivity * math.sqrt(self.max_rounds / (2.0 * self.alpha * rho_budget))
+        epsilon0 = math.sqrt(8.0 * (1.0 - self.alpha) * rho_budget / self.max_rounds)
+        return Schedule(sigma0, epsilon0, 0.0, (), False)
+
+    def round_cost(self, sigma: float, epsilon: float) -> float:
+        return self.l2_sensitivity**2 / (2.0 * sigma**2) + epsilon**2 / 8.0
+
+    def final_parameters(self, remaining: float) -> tuple[float, float]:
+        """(sigma, epsilon) that spend `remaining` (split alpha to measure, 1 - alpha to select)."""
+        sigma = self.l2_sensitivity / math.sqrt(2.0 * self.alpha * remaining)
+        epsilon = math.sqrt(8.0 * (1.0 - self.alpha) * remaining)
+        return sigma, epsilon
+
+    def round_parameters(
+        self, schedule: Schedule, rho_budget: float
+    ) -> tuple[float, float, float, float, bool]:
+        """(sigma, epsilon, rho_select, rho_measure, final) of the next adaptive round."""
+        final = schedule.epsilon is None
+        sigma, epsilon = schedule.sigma, schedule.epsilon
+        if final:  # the filter's last round: spend exactly what is left
+            sigma, epsilon = self.final_parameters(rho_budget - schedule.rho_spent)
+        return sigma, epsilon, epsilon**2 / 8.0, self.l2_sensitivity**2 / (2.0 * sigma**2), final
+
+    def measure_sigma(self, rho: float) -> float:
+        """sigma (counts) of a marginal's measurement costing at most `rho` (`noise.count_sigma`)."""
+        return noise.count_sigma(self.l2_sensitivity, rho, self.noise)
+
+    def one_way_measurement(self, sigma: float) -> tuple[float, float, float]:
+        """Round 0's (L2 sensitivity, sigma, rho): the 1-way candidates measured together (L2
+        sensitivity sqrt(d1) times a marginal's; the paper's d1 separate measurements, same
+        noise and cost)."""
+        sensitivity = math.sqrt(len(self.one_way())) * self.l2_sensitivity
+        sigma = float32_ceil(sigma)
+        if self.noise == "discrete":  # the exact sampler's floor; a larger sigma costs less
+            sigma = max(sigma, samplers.SIGMA_MIN)
+        return sensitivity, sigma, charge_rho(self.measure_primitive, sensitivity, sigma)
+
+    def after_one_way(self, schedule: Schedule, sensitivity: float, sigma: float, spent: float) -> Schedule:
+        """The schedule once round 0 is measured."""
+        charge = (noise.PRIMITIVES.index(self.measure_primitive), sensitivity, sigma)
+        return schedule._replace(rho_spent=spent, charges=(charge,))
+
+    def after_round(self, schedule: Schedule, delta_t: float, scale: float, sigma: float) -> Schedule:
+        """The schedule after a select + measure round: its two charges added."""
+        select, measure = self.select_primitive, self.measure_primitive
+        spent = (
+            schedule.rho_spent
+            + charge_rho(select, delta_t, scale)
+            + charge_rho(measure, self.l2_sensitivity, sigma)
+        )
+        charges = (
+            *schedule.charges,
+            (noise.PRIMITIVES.index(select), delta_t, scale),
+            (noise.PRIMITIVES.index(measure), self.l2_sensitivity, sigma),
+        )
+        return schedule._replace(rho_spent=spent, charges=charges)
+
+    @staticmethod
+    def learned(after: np.ndarray, before: np.ndarray, sigma: float) -> bool:
+        """Algorithm 4's test: did the model's answer on the picked marginal move by more than
+        the measurement's expected L1 noise sqrt(2/pi) sigma n_r?"""
+        moved = float(np.abs(np.asarray(after, np.float64) - np.asarray(before, np.float64)).sum())
+        return moved > SQRT_2_OVER_PI * sigma * len(before)
+
+    def anneal_or_finish(
+        self, schedule: Schedule, *, changed: bool, rho_budget: float, rounds_done: int, rounds: int
+    ) -> Schedule:
+        """Algorithm 4: halve sigma and double epsilon when the last measurement taught the model
+        little; switch to the final round when the rest cannot pay for two more rounds (or the
+        next round is the last the loop allows). epsilon=None marks the final round."""
+        sigma, epsilon = schedule.sigma, schedule.epsilon
+        if not changed:
+            sigma, epsilon = sigma / 2.0, epsilon * 2.0
+        remaining = rho_budget - schedule.rho_spent
+        if remaining <= 2.0 * self.round_cost(sigma, epsilon) or rounds_done + 1 >= rounds:
+            return schedule._replace(sigma=sigma, epsilon=None)
+        return schedule._replace(sigma=sigma, epsilon=epsilon)
+
+    def realised_plan(self, schedule: Schedule, plan: Plan) -> Plan:
+        """The plan the filter followed: one charge per primitive invoked, within the budget."""
+        realised = Plan(plan.rho_budget, plan.epsilon, plan.delta, plan.conversion)
+        for i, (code, sensitivity, scale) in enumerate(schedule.charges):
+            primitive = noise.PRIMITIVES[code]
+            label = "measure 1-way marginals" if i == 0 else f"{primitive} (round {(i + 1) // 2})"
+            realised = realised.with_charge(PlannedCharge(label, primitive, sensitivity, scale))
+        return realised.check()
+
+    def idle(self) -> tuple[Charge, Charge]:
+        """The (selection, measurement) charges of a round that draws neither (count 0)."""
+        return noise.idle(self.select_primitive), noise.idle(self.measure_primitive)
+
+    # -- the selection ----------------------------------------------------------------------
+
+    def __call__(
+        self,
+        key: Key,
+        counts: Sensitive,
+        model_counts: np.ndarray,
+        mask: np.ndarray,
+        sigma: float,
+        rho_select: float,
+    ) -> tuple[int, Charge, float, float]:
+        """The exponential mechanism over the masked candidates C_t on AIM's quality score.
+
+        Args:
+            key: the round's SELECT stream key.
+            counts: private (candidates.n_queries,) int32 true counts of every candidate.
+            model_counts: (candidates.n_queries,) the model's counts (public).
+            mask: (n_candidates,) bool C_t; sigma: the round's noise; rho_select: its cost.
+
+        Returns:
+            (the picked candidate, Charge, Delta_t, the selection scale 2 Delta_t / epsilon_t).
+
+        Privacy:
+            Reads the true counts; one exponential mechanism (`noise.select_grid` on exact
+            integer scores, or `noise.select` under noise="float").
+        """
+        weights = np.asarray(self.weights)
+        delta_t = self.l1_sensitivity * float(weights[mask].max())
+        scale = gumbel_scale(delta_t, rho_select)
+        settings = dict(scale=scale, sensitivity=delta_t, noise=self.noise, mask=jnp.asarray(mask))
+        if self.noise == "discrete":  # exact int64 scores on the host (`grid_quality_scores`)
+            steps = counts.map(
+                lambda c: jnp.asarray(
+                    grid_quality_scores(
+                        np.asarray(c),
+                        model_counts,
+                        self.candidates,
+                        weights,
+                        mask,
+                        sigma,
+                        self.l1_sensitivity,
+                    )
+                )
+            )
+            choice, charge = noise.select_grid(key, steps, **settings)
+        else:
+            scores = counts.map(quality_scores, model_counts, self.candidates, weights, sigma)
+            choice, charge = noise.select(key, scores, **settings)
+        return int(choice), charge, delta_t, scale
