@@ -64,7 +64,9 @@ _logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class MechanismSpec:
-    """How the API and the command line build and read one mechanism.
+    """How the API and the command line build and read one mechanism: its factory, defaults and
+    what it accepts (what it releases, and whether its release compiles, the built mechanism
+    says itself: `jaxdp.contract.releases`, `jaxdp.contract.jittable`).
 
     Attributes:
         factory: (data, workload, **budget, **options) -> mechanism, where budget is epsilon,
@@ -77,7 +79,6 @@ class MechanismSpec:
             that measure each marginal at most once), divided by the marginals measured a round.
         per_round: the marginals the factory measures each round by default
             (`marginals_per_round`), for that cap.
-        releases: "records" (a synthetic table) or "answers" (noisy workload answers).
         relaxed: the mechanism fits a distribution whose own answers (`relaxed_answers(state)`)
             differ from its sampled records'.
         error_bounds: (mechanism, state, synthetic Dataset, confidence, domain) -> a JSON-able
@@ -85,8 +86,6 @@ class MechanismSpec:
             None otherwise.
         own_workload: given no workload, the factory builds its query classes from the schema
             (rap++: class-conditional marginals on the schema's target).
-        jit_release: compile the release (its output is an array: codes or answers); False for
-            a release that returns a `Dataset` or runs host code.
         mesh: the factory takes `mesh=` (a `jaxdp.queries.records_mesh()`) and counts the
             records split over its devices.
         relations: the neighbouring relations the mechanism supports; the first is its default,
@@ -101,10 +100,8 @@ class MechanismSpec:
     one_round: bool = False
     public: bool = False
     cap_rounds: bool = False
-    releases: str = "records"
     relaxed: bool = False
     error_bounds: Callable[..., dict[str, Any]] | None = None
-    jit_release: bool = True
     own_workload: bool = False
     mesh: bool = False
     relations: tuple[Neighboring, ...] = (Neighboring.REPLACE_ONE,)
@@ -191,7 +188,7 @@ _BOTH = (Neighboring.REPLACE_ONE, Neighboring.ADD_REMOVE)
 _AIM_RELATIONS = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)  # add-remove, as in the paper
 MECHANISMS: dict[str, MechanismSpec] = {
     "independent": MechanismSpec(_independent, one_round=True, relations=_BOTH, mesh=True),
-    "gaussian": MechanismSpec(gaussian, one_round=True, releases="answers", relations=_BOTH, mesh=True),
+    "gaussian": MechanismSpec(gaussian, one_round=True, relations=_BOTH, mesh=True),
     "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True, mesh=True),
     "pep": MechanismSpec(pep, rounds=25, cap_rounds=True, mesh=True),
     "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
@@ -204,11 +201,9 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "gem-pub": MechanismSpec(gem_pub, rounds=50, cap_rounds=True, relaxed=True, public=True, mesh=True),
     "dualquery": MechanismSpec(dualquery, rounds=100),
     "fem": MechanismSpec(fem, rounds=200),
-    "aim": MechanismSpec(
-        _aim, error_bounds=_aim_error_bounds, jit_release=False, relations=_AIM_RELATIONS, mesh=True
-    ),
+    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, relations=_AIM_RELATIONS, mesh=True),
     "rap++": MechanismSpec(_rap_plus_plus, own_workload=True, real_numeric=True),
-    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, jit_release=False, relations=_AIM_RELATIONS, mesh=True),
+    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, relations=_AIM_RELATIONS, mesh=True),
 }
 # Works on any categorical domain with no dense histogram and no extra dependency, in about a
 # minute on ADULT; AIM is more accurate on small domains but needs the `pgm` extra and is slower.
@@ -581,12 +576,13 @@ def execute(
     # The registry's mechanisms are checked for key reuse by the test suite, not on every release.
     run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None, check_keys=False)
     synthetic = answers = None
-    release = _release_jit if spec.jit_release and contract.jittable(mechanism) else _release
+    release = _release_jit if contract.jittable(mechanism) else _release
+    answers_out = contract.releases(mechanism) == "answers"
     if rows is None and hasattr(mechanism, "default_rows"):
         # Under add-remove the row count is read from the noisy state on the host: inside the
         # compiled release it would be a tracer.
         rows = mechanism.default_rows(run.state)
-    if spec.releases == "answers":
+    if answers_out:
         answers = np.asarray(release(mechanism, run.state, key), np.float64)
         released, n_rows = answers, int(answers.shape[0])
     else:
@@ -615,7 +611,7 @@ def execute(
         "ledger": [e.to_json() for e in run.ledger],
         "seconds": time.perf_counter() - started,
         "rows": n_rows,
-        "output": "noisy answers" if spec.releases == "answers" else "synthetic records",
+        "output": "noisy answers" if answers_out else "synthetic records",
         "preprocessing": None,
         "jaxdp_version": __version__,
     }

@@ -13,13 +13,16 @@ and, optionally,
 
 - `jittable: bool` (default True): False for a step with data-dependent shapes or host code,
   which `run` then drives in a Python loop with the same keys;
+- `releases: str` (default "records"): "answers" for a mechanism whose release is its noisy
+  answers rather than synthetic records (the Gaussian baseline);
 - `finished(state) -> bool` and `realised_plan(state) -> Plan` (default: never; the fixed
   `plan`), for a mechanism that adapts its budget with a privacy filter (AIM): the loop stops
   once `finished`, and the ledger is audited against the charges it decided on. Only a
   mechanism with `jittable = False` may stop early.
 
 `check_mechanism` tells a user's mechanism what it lacks, by name, before anything runs;
-`jittable`, `finished` and `realised_plan` below are the only readers of the optional members.
+`jittable`, `releases`, `finished` and `realised_plan` below are the only readers of the
+optional members.
 docs/architecture.md describes the contract with the rest of the house.
 """
 
@@ -64,6 +67,7 @@ class ContractError(TypeError):
 
 
 _REQUIRED_METHODS = ("init", "step", "release")
+RELEASES = ("records", "answers")
 _FILTER_METHODS = ("finished", "realised_plan")
 
 
@@ -84,6 +88,9 @@ def check_mechanism(mechanism: object) -> Mechanism:
     flag = getattr(mechanism, "jittable", True)
     if not isinstance(flag, bool):
         problems.append(f"jittable, if given, must be a bool, got {flag!r}")
+    released = getattr(mechanism, "releases", "records")
+    if released not in RELEASES:
+        problems.append(f"releases, if given, must be one of {RELEASES}, got {released!r}")
     for name in _FILTER_METHODS:
         if hasattr(mechanism, name) and not callable(getattr(mechanism, name)):
             problems.append(f"{name}, if given, must be a method")
@@ -130,6 +137,11 @@ def check_info(info: object) -> Info:
 def jittable(mechanism: Mechanism) -> bool:
     """Whether `run` compiles the rounds (`lax.scan` under one jit) or drives them from Python."""
     return getattr(mechanism, "jittable", True)
+
+
+def releases(mechanism: Mechanism) -> str:
+    """What `release` returns: "records" (synthetic records) or "answers" (noisy answers)."""
+    return getattr(mechanism, "releases", "records")
 
 
 def finished(mechanism: Mechanism, state: Any) -> bool:

@@ -113,9 +113,11 @@ def test_with_a_huge_budget_private_cuts_are_the_exact_quantile_cuts():
     table = _table()
     private = tuple(c for c in SCHEMA.numeric if binning.is_private(c))
     mech = binning.quantile_measurement(table, private, rho=1e9, relation=Neighboring.ADD_REMOVE)
-    assert mech.sigma == pytest.approx(1 / 64)  # the exact sampler's floor: noise is 0 w.p. ~1
+    assert mech.classes[0].measurement.sigma == pytest.approx(
+        1 / 64
+    )  # the exact sampler's floor: noise is 0 w.p. ~1
     run = loop.run(mech, jax.random.key(0))
-    cuts = binning.split_cuts(private, np.asarray(run.state.noisy_answers))
+    cuts = binning.split_cuts(private, np.asarray(run.state.model.noisy_answers))
     for column in private:
         fine = binning.fine_cuts(column)
         values = table.values[column.name]
@@ -142,9 +144,11 @@ def test_histogram_sensitivity_holds_on_neighbouring_tables(relation, factor):
         binning.quantile_measurement(t, private, rho=1.0, relation=relation)
         for t in (table, parse_table(SCHEMA, other))
     ]
-    counts = [np.asarray(m.counts._value, np.int64) for m in built]  # tests may look: the data is theirs
-    assert built[0].sensitivity == pytest.approx(math.sqrt(factor * len(private)))
-    assert np.sqrt(np.sum((counts[0] - counts[1]) ** 2)) == pytest.approx(built[0].sensitivity)
+    # tests may look: the data is theirs
+    counts = [np.asarray(m.classes[0].counts._value, np.int64) for m in built]
+    sensitivity = built[0].classes[0].measurement.sensitivity
+    assert sensitivity == pytest.approx(math.sqrt(factor * len(private)))
+    assert np.sqrt(np.sum((counts[0] - counts[1]) ** 2)) == pytest.approx(sensitivity)
     assert counts[0].sum() == len(private) * 300  # every record counted once per column (empty: its cell)
 
 

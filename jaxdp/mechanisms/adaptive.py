@@ -154,6 +154,11 @@ class Adaptive:
         return self.family.jittable
 
     @property
+    def releases(self) -> str:
+        """"records", or "answers" for a family that releases its noisy answers (Gaussian)."""
+        return self.family.releases
+
+    @property
     def workload(self) -> MarginalWorkload | None:
         """The first query class's marginals (what the release is judged on)."""
         return self.classes[0].workload
@@ -434,7 +439,7 @@ def _build_class(i, spec, data, family, measure, rho, *, alpha, relation, noise,
         unit = "marginals" if rule.candidates == MARGINALS else "counting queries"
         raise ValueError(
             f"{where}rounds x picks per round = {rounds} x {k} exceeds the {n_candidates} {unit} of the "
-            "workload (each is measured at most once)"
+            f"{'workload' if workload is not None else 'class'} (each is measured at most once)"
         )
     selects, measures = rule.charges_per_round() > 0, measure is not None
     if alpha is not None and not (selects and measures):

@@ -16,6 +16,7 @@ from jax.sharding import Mesh
 
 from jaxdp.domain import Dataset
 from jaxdp.families.baselines import Product
+from jaxdp.mechanisms._common import require_categorical
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
 from jaxdp.queries import all_kway
 from jaxdp.selection import Everything
@@ -57,6 +58,7 @@ def independent(
         replace-one the noisy counts are divided by the public n (post-processing). Release
         samples from the noisy marginals (post-processing, stream RELEASE).
     """
+    require_categorical(data, "independent")  # before the 1-way workload is built over its attributes
     return adaptive(
         data,
         all_kway(data.domain.sizes, 1),

@@ -171,6 +171,10 @@ class SignedErrorSamples(Rule):
     candidates: ClassVar[str] = SIGNED_QUERIES
     repeats: ClassVar[bool] = True
 
+    def picks(self, n_candidates: int) -> int:
+        del n_candidates
+        return _checks.positive_int(self.k, "samples")
+
     def charges_per_round(self) -> int:
         return self.k  # one exponential mechanism per draw
 

@@ -107,7 +107,7 @@ def test_refusals():
         jaxdp.adaptive(data, workload, select=MaxError(k=3), family=PEP(), rounds=3, **budget)
     with pytest.raises(TypeError, match=r"select must be a jaxdp\.selection\.Rule"):
         jaxdp.adaptive(data, workload, select="max", family=PEP(), rounds=2, **budget)
-    with pytest.raises(TypeError, match="family must be a family"):
+    with pytest.raises(TypeError, match=r"family must be a jaxdp\.families\.Family"):
         jaxdp.adaptive(data, workload, select=MaxError(), family="pep", rounds=2, **budget)
     with pytest.raises(ValueError, match="output"):
         jaxdp.adaptive(data, workload, select=MaxError(), family=MW(output="median"), rounds=2, **budget)

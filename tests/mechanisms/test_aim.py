@@ -34,26 +34,32 @@ def test_annealing_rule_on_a_scripted_sequence():
     """Algorithm 4 on a scripted 'did the model change' sequence: sigma halves and epsilon
     doubles exactly when it did not; the final round spends exactly what is left."""
     mech = _aim(max_rounds=40)
-    state = mech.init(jax.random.key(0))
-    sigma0, eps0 = state.sigma, state.epsilon
-    state = state._replace(rho_spent=0.1 * mech.plan.rho_budget, rounds_done=1)
+    rule, budget = mech.selection, mech.plan.rho_budget
+    schedule = mech.init(jax.random.key(0)).schedule
+    sigma0, eps0 = schedule.sigma, schedule.epsilon
+    schedule, done = schedule._replace(rho_spent=0.1 * budget), 1
     script = [True, False, True, False, False, True, True, False, True, True, True, True]
     sigmas, expected = [], sigma0
     for changed in script:
-        if state.epsilon is None:
+        if schedule.epsilon is None:
             break
-        state = state._replace(rho_spent=state.rho_spent + mech._round_cost(state.sigma, state.epsilon))
-        state = mech._anneal_or_finish(state._replace(rounds_done=state.rounds_done + 1), changed=changed)
+        schedule = schedule._replace(
+            rho_spent=schedule.rho_spent + rule.round_cost(schedule.sigma, schedule.epsilon)
+        )
+        done += 1
+        schedule = rule.anneal_or_finish(
+            schedule, changed=changed, rho_budget=budget, rounds_done=done, rounds=mech.rounds
+        )
         expected = expected if changed else expected / 2
-        sigmas.append(state.sigma)
-        assert state.sigma == pytest.approx(expected)
-        if state.epsilon is not None:
-            assert state.epsilon == pytest.approx(eps0 * sigma0 / expected)
-    assert state.epsilon is None, "the scripted sequence must reach the filter's final round"
-    remaining = mech.plan.rho_budget - state.rho_spent
+        sigmas.append(schedule.sigma)
+        assert schedule.sigma == pytest.approx(expected)
+        if schedule.epsilon is not None:
+            assert schedule.epsilon == pytest.approx(eps0 * sigma0 / expected)
+    assert schedule.epsilon is None, "the scripted sequence must reach the filter's final round"
+    remaining = budget - schedule.rho_spent
     assert remaining > 0
-    sigma, epsilon = mech._final_parameters(remaining)
-    assert mech._round_cost(sigma, epsilon) == pytest.approx(remaining, rel=1e-12)
+    sigma, epsilon = rule.final_parameters(remaining)
+    assert rule.round_cost(sigma, epsilon) == pytest.approx(remaining, rel=1e-12)
     assert len(sigmas) < len(script)
 
 
@@ -64,7 +70,7 @@ def test_filter_spends_the_budget_and_never_more(relation, epsilon):
     spent = audit.rho_spent(result.ledger)
     assert spent <= mech.plan.rho_budget
     assert spent == pytest.approx(mech.plan.rho_budget, rel=1e-6)  # the final round used the rest
-    assert result.state.done and result.state.rounds_done <= mech.rounds
+    assert result.state.schedule.done and result.state.rounds_done <= mech.rounds
     # the last round is a full select + measure round, and every round after init has both
     assert result.ledger[0].primitive == "discrete_gaussian"
     pair = ["discrete_exponential", "discrete_gaussian"]
@@ -162,7 +168,7 @@ def test_synthetic_records_agree_with_the_model_on_unmeasured_marginals():
     measured = {m.clique for m in state.measurements}
     rows = 100_000
     codes = loop.release(mech, state, jax.random.key(5), rows=rows)
-    model = pgm.ModelMarginals(state.model)
+    model = pgm.ModelMarginals(state.model.fitted)
     unmeasured = [c for c in mech.workload.cliques if c not in measured] + [(0, 1, 2, 3)]
     for clique in unmeasured:
         wl = jaxdp.queries.from_cliques(mech.workload.sizes, [clique])
@@ -333,17 +339,17 @@ def test_exact_noise_by_default_measures_integer_counts(relation, monkeypatch):
     noisy integer counts (AIM measures counts under both relations; n is public under
     replace-one, so counts and fractions carry the same information). noise="float" charges the
     float primitives and its measurements leave the integers (the check has power)."""
-    from jaxdp.mechanisms import _aim_selection
+    from jaxdp.mechanisms import annealed
 
     released = []
-    measure = _aim_selection.AnnealedSelection._measure
+    measure = annealed.Annealed._measure
 
     def recording(self, *args, **kwargs):
         noisy, charge = measure(self, *args, **kwargs)
         released.append(noisy)
         return noisy, charge
 
-    monkeypatch.setattr(_aim_selection.AnnealedSelection, "_measure", recording)
+    monkeypatch.setattr(annealed.Annealed, "_measure", recording)
     off_integers = {}
     for noise, primitives in (
         ("discrete", {"discrete_exponential", "discrete_gaussian"}),
@@ -379,7 +385,7 @@ def test_a_one_device_records_mesh_releases_what_no_mesh_releases():
 def test_measurements_share_one_padded_length():
     """Every measurement up to the run's largest (capped) shares one public length, so the exact
     sampler compiles once; longer ones take powers of four above it."""
-    from jaxdp.mechanisms._aim_selection import SHARED_MEASUREMENT_LENGTH, measurement_length
+    from jaxdp.measurement import SHARED_MEASUREMENT_LENGTH, measurement_length
 
     assert {measurement_length(n, 20_400) for n in (1, 127, 4096, 20_400)} == {32_768}
     assert {measurement_length(n, 32) for n in (1, 8, 32)} == {32}

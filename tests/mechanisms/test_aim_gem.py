@@ -9,8 +9,9 @@ import pytest
 import jaxdp
 from jaxdp import audit, loop
 from jaxdp.keys import Stream, stream_key
-from jaxdp.mechanisms import _aim_selection
+from jaxdp.mechanisms import annealed
 from jaxdp.queries import all_kway, downward_closure, from_cliques, marginal_counts
+from jaxdp.selection import annealed as aim_rule
 
 from .conftest import tiny_dataset
 
@@ -32,7 +33,7 @@ def test_quality_score_matches_a_brute_force_reference():
     model = true + rng.normal(0.0, 20.0, true.shape)
     weights = rng.uniform(0.5, 3.0, len(candidates))
     sigma = 7.5
-    got = np.asarray(_aim_selection.quality_scores(true, model, candidates, weights, sigma))
+    got = np.asarray(aim_rule.quality_scores(true, model, candidates, weights, sigma))
     expected = []
     for i, (start, cells) in enumerate(zip(candidates.offsets, candidates.cells, strict=True)):
         l1 = sum(abs(true[start + c] - model[start + c]) for c in range(cells))
@@ -41,21 +42,18 @@ def test_quality_score_matches_a_brute_force_reference():
 
 
 def test_aim_and_aim_gem_share_one_selection_rule():
-    """Both mix in the same filter and selection (no second copy that could drift), and on the
-    same data fix the same candidates, weights, sensitivities and initial (sigma, epsilon)."""
+    """Both are the one filter driver with the one selection rule (no second copy that could
+    drift), and on the same data fix the same candidates, weights, sensitivities and initial
+    (sigma, epsilon); only the family differs."""
     data = tiny_dataset()
     wl = all_kway(data.domain.sizes, 2)
     a = jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, max_rounds=12)
     b = jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, max_rounds=12, **SMALL)
-    for name in ("_select", "_anneal_or_finish", "_round_parameters", "_learned", "realised_plan"):
-        assert (
-            getattr(type(a), name)
-            is getattr(type(b), name)
-            is getattr(_aim_selection.AnnealedSelection, name)
-        )
-    assert a.candidates == b.candidates and a.weights == b.weights
-    assert (a.l1_sensitivity, a.l2_sensitivity) == (b.l1_sensitivity, b.l2_sensitivity)
-    assert a._initial_parameters() == b._initial_parameters()
+    assert type(a) is type(b) is annealed.Annealed
+    assert type(a.selection) is type(b.selection) is jaxdp.selection.AIMSelection
+    assert a.selection == b.selection
+    assert a.selection.start(a.plan.rho_budget) == b.selection.start(b.plan.rho_budget)
+    assert type(a.family).__name__ == "GraphicalModel" and type(b.family).__name__ == "GeneratorModel"
 
 
 @pytest.mark.parametrize(("relation", "epsilon"), [("add-remove", 0.3), ("replace-one", 3.0)])
@@ -66,7 +64,7 @@ def test_filter_spends_the_budget_and_never_more(relation, epsilon):
     spent = np.cumsum([e.rho for e in result.ledger])
     assert np.all(spent <= mech.plan.rho_budget)
     assert spent[-1] == pytest.approx(mech.plan.rho_budget, rel=1e-6)
-    assert result.state.done and 2 <= result.state.rounds_done <= mech.rounds
+    assert result.state.schedule.done and 2 <= result.state.rounds_done <= mech.rounds
     pair = ["discrete_exponential", "discrete_gaussian"]  # exact noise by default
     assert [e.primitive for e in result.ledger[1:]] == pair * (len(result.ledger) // 2)
     audit.check_ledger(list(result.ledger), loop.realised_plan(mech, result.state))
@@ -100,15 +98,18 @@ def test_generator_improves_on_the_measured_marginals(seed):
     mech = _aim_gem(data, epsilon=20.0, relation="replace-one")
     key = jax.random.key(seed)
     result = loop.run(mech, key)
-    measured = sorted({r.selected for r in result.state.records} | set(mech._one_way()))
+    measured = sorted({r.selected for r in result.state.records} | set(mech.selection.one_way()))
     true = np.asarray(marginal_counts(data.codes, mech.candidates), np.float64)
     # the parameters `loop.run` started from
     untrained = result.state.model._replace(params=mech.init(stream_key(key, Stream.INIT)).model.params)
     start_state = result.state._replace(model=untrained)
     everything = np.ones(len(mech.candidates), bool)
-    before, after = mech.model_counts(start_state, everything), mech.model_counts(result.state, everything)
+    before, after = (
+        mech._answers(start_state.model, everything),
+        mech._answers(result.state.model, everything),
+    )
     for i in measured:
-        span = mech._span(i)
+        span = mech.selection.span(i)
         assert np.abs(after[span] - true[span]).sum() < 0.5 * np.abs(before[span] - true[span]).sum(), (
             mech.candidates.cliques[i]
         )
@@ -169,8 +170,8 @@ def test_bad_arguments_are_refused():
 
 
 def _selection_counts(mech, model_counts, sigma, rho_select, scale_factor, runs):
-    """How often each candidate is picked in `runs` independent draws of the shared `_select`;
-    `scale_factor` != 1 patches the selection scale (a negative control). `_select` runs once
+    """How often each candidate is picked in `runs` independent draws of the shared rule;
+    `scale_factor` != 1 patches the selection scale (a negative control). The rule runs once
     with its call to the primitive recorded; the recorded call is replayed for `runs` keys under
     one jit (an eager exact sampler compiles its program on every call)."""
     mask = np.ones(len(mech.candidates), bool)
@@ -182,15 +183,15 @@ def _selection_counts(mech, model_counts, sigma, rho_select, scale_factor, runs)
         calls.append((scores, kwargs))
         return primitive(key, scores, **kwargs)
 
-    original = _aim_selection.gumbel_scale
+    original = aim_rule.gumbel_scale
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_aim_selection, "gumbel_scale", lambda d, r: scale_factor * original(d, r))
+        patch.setattr(aim_rule, "gumbel_scale", lambda d, r: scale_factor * original(d, r))
         patch.setattr(jaxdp.noise, name, recording)
-        mech._select(jax.random.key(0), model_counts, mask, sigma, rho_select)
+        mech.selection(jax.random.key(0), mech.counts, model_counts, mask, sigma, rho_select)
     ((scores, kwargs),) = calls
     keys = jax.random.split(jax.random.key(123), runs)
     picks = jax.jit(jax.vmap(lambda key: primitive(key, scores, **kwargs)[0]))(keys)
-    delta_t = mech.l1_sensitivity * max(mech.weights)
+    delta_t = mech.selection.l1_sensitivity * max(mech.selection.weights)
     return np.bincount(np.asarray(picks), minlength=len(mech.candidates)), original(delta_t, rho_select)
 
 
@@ -220,19 +221,20 @@ def test_selection_follows_the_exponential_mechanism(noise):
     true = np.asarray(marginal_counts(data.codes, mech.candidates), np.float64)
     model = np.full_like(true, len(data)) / np.repeat(mech.candidates.cells, mech.candidates.cells)
     sigma = 5.0
-    scores = np.asarray(_aim_selection.quality_scores(true, model, mech.candidates, mech.weights, sigma))
+    rule = mech.selection
+    scores = np.asarray(aim_rule.quality_scores(true, model, mech.candidates, rule.weights, sigma))
 
     mask = np.ones(len(mech.candidates), bool)
     law_scores = (
-        _aim_selection.grid_quality_scores(
-            true, model, mech.candidates, np.asarray(mech.weights), mask, sigma, mech.l1_sensitivity
+        aim_rule.grid_quality_scores(
+            true, model, mech.candidates, np.asarray(rule.weights), mask, sigma, rule.l1_sensitivity
         ).astype(np.float64)
         if noise == "discrete"
         else scores
     )
 
     def pvalue(picks, scale):
-        probs = _selection_law(law_scores, scale, mech.l1_sensitivity * max(mech.weights), noise)
+        probs = _selection_law(law_scores, scale, rule.l1_sensitivity * max(rule.weights), noise)
         keep = probs * picks.sum() >= 5  # pool the rare candidates into one cell
         observed = np.append(picks[keep], picks[~keep].sum())
         expected = np.append(probs[keep], probs[~keep].sum()) * picks.sum()
@@ -240,7 +242,7 @@ def test_selection_follows_the_exponential_mechanism(noise):
         return stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue
 
     # epsilon_t with a Gumbel scale of a third of the scores' range: several candidates compete
-    epsilon = 2.0 * mech.l1_sensitivity * max(mech.weights) / (np.ptp(scores) / 3.0)
+    epsilon = 2.0 * rule.l1_sensitivity * max(rule.weights) / (np.ptp(scores) / 3.0)
     rho_select = epsilon**2 / 8.0
     picks, scale = _selection_counts(mech, model, sigma, rho_select, 1.0, 20_000)
     assert (picks >= 400).sum() >= 3, "the scale leaves the test no power: one candidate always wins"
@@ -253,14 +255,14 @@ def test_exact_noise_by_default_measures_integer_counts(monkeypatch):
     """Default noise: the ledger holds only exact primitives and every measurement released is
     noisy integer counts; noise="float" charges the float primitives and leaves the integers."""
     released = []
-    measure = _aim_selection.AnnealedSelection._measure
+    measure = annealed.Annealed._measure
 
     def recording(self, *args, **kwargs):
         noisy, charge = measure(self, *args, **kwargs)
         released.append(noisy)
         return noisy, charge
 
-    monkeypatch.setattr(_aim_selection.AnnealedSelection, "_measure", recording)
+    monkeypatch.setattr(annealed.Annealed, "_measure", recording)
     off_integers = {}
     for noise, primitives in (
         ("discrete", {"discrete_exponential", "discrete_gaussian"}),

@@ -39,7 +39,7 @@ def test_independent_add_remove_estimates_the_count():
     result = loop.run(mech, jax.random.key(1))
     rows = mech.default_rows(result.state)
     # the count is estimated from the noisy 1-way counts (the mean of their totals), never read
-    noisy = np.asarray(result.state.noisy_answers, np.float64)
+    noisy = np.asarray(result.state.model.noisy_answers, np.float64)
     totals = [block.sum() for block in np.split(noisy, np.cumsum(data.domain.sizes)[:-1])]
     assert rows == max(1, round(float(np.mean(totals))))
     assert abs(rows - len(data)) < 50
@@ -58,7 +58,9 @@ def test_gaussian_noise_has_the_planned_scale(adult):
     # 2,874 iid N(0, sigma^2) residuals: the sample sd lies within 5 standard errors of sigma
     # (sd of the sample sd ~ sigma / sqrt(2 m)); false failure < 1e-6.
     m = residual.size
-    sigma = mech.sigma / len(adult)  # sigma is in counts (the noise is added to counts), answers in fractions
+    sigma = mech.classes[0].measurement.sigma / len(
+        adult
+    )  # sigma is in counts (the noise is added to counts), answers in fractions
     assert abs(residual.std() / sigma - 1) < 5 / np.sqrt(2 * m)
     assert abs(residual.mean()) < 5 * sigma / np.sqrt(m)
 
@@ -81,11 +83,11 @@ def test_default_noise_is_exact_integer_noise_on_counts(name, relation):
     # in counts: sqrt(m) under add-remove, sqrt(2 m) under replace-one (m measured marginals)
     m = 4 if name == "independent" else 6
     assert result.ledger[0].sensitivity == pytest.approx(np.sqrt(m if relation == "add-remove" else 2 * m))
-    noisy_counts = np.asarray(result.state.noisy_answers, np.float64)
+    noisy_counts = np.asarray(result.state.model.noisy_answers, np.float64)
     if relation == "replace-one":
         noisy_counts *= len(data)  # the answers are the noisy counts / n (n public)
     np.testing.assert_allclose(noisy_counts, np.round(noisy_counts), atol=1e-3)
-    assert not np.allclose(noisy_counts, np.asarray(mech.counts._value))  # and noise was added
+    assert not np.allclose(noisy_counts, np.asarray(mech.classes[0].counts._value))  # and noise was added
 
 
 @pytest.mark.parametrize("name", sorted(BASELINES))
@@ -94,7 +96,7 @@ def test_float_noise_uses_the_float_gaussian(name):
     mech = BASELINES[name](data, epsilon=1.0, delta=1e-6, noise="float", relation="add-remove")
     result = loop.run(mech, jax.random.key(5))
     assert [e.primitive for e in result.ledger] == ["gaussian"]
-    noisy = np.asarray(result.state.noisy_answers, np.float64)
+    noisy = np.asarray(result.state.model.noisy_answers, np.float64)
     assert not np.allclose(noisy, np.round(noisy), atol=1e-3)
 
 

@@ -112,19 +112,21 @@ def test_dualquery_plan_follows_the_derivation():
     workload = all_kway(data.domain.sizes, 2)
     n, s, T, rho = 400, 7, 12, 0.5
     exact = dualquery(data, workload, rounds=T, rho=rho, samples=s, blocks=T)
-    eta = exact.learning_rate
+    rule = exact.classes[0].selection
+    eta = rule.learning_rate
     assert eta == pytest.approx(n * math.sqrt(12 * rho / (s * (T - 1) * T * (2 * T - 1))), rel=1e-12)
     assert len(exact.plan.charges) == T - 1
-    for t, (charge, scale) in enumerate(zip(exact.plan.charges, exact.scales, strict=True), start=1):
+    for t, (charge, scale) in enumerate(zip(exact.plan.charges, rule.scales, strict=True), start=1):
         assert charge.sensitivity == pytest.approx(t / n) and charge.times == s
         assert scale == pytest.approx(1 / eta, rel=1e-6)
     assert exact.plan.rho_planned == pytest.approx(rho, rel=1e-6) and exact.plan.rho_planned <= rho
-    assert abs(exact.accounting_overhead) < 1e-6
+    assert abs(rule.accounting_overhead) < 1e-6
 
     blocked = dualquery(data, workload, rounds=T, rho=rho, samples=s, blocks=3)
+    blocked_rule = blocked.classes[0].selection
     assert [c.times for c in blocked.plan.charges] == [s * 4, s * 4, s * 3]
     assert [c.sensitivity * n for c in blocked.plan.charges] == pytest.approx([4, 8, 11])
-    assert 0 < blocked.accounting_overhead < 0.5 and blocked.learning_rate < eta
+    assert 0 < blocked_rule.accounting_overhead < 0.5 and blocked_rule.learning_rate < eta
     assert blocked.plan.rho_planned <= rho
 
 
@@ -157,24 +159,28 @@ def test_dualquery_samples_from_the_multiplicative_weights_distribution(noise_op
     answers = np.asarray(marginal_fractions(jnp.asarray(data.codes), workload), np.float64)
     u = np.concatenate([t * answers - sums, sums - t * answers])
     keys = jax.random.split(jax.random.key(0), 40)
-    draw = jax.jit(jax.vmap(lambda k: mech._sample(k, jnp.int32(t), jnp.asarray(sums))[0]))
+    part = mech.classes[0]
+    rule = part.selection
+    # the current answers are the average of the t records' answers: the rule scores t q(D) - sums
+    current = jnp.asarray(sums / t)
+    draw = jax.jit(jax.vmap(lambda k: rule(k, part.counts, len(data), current, None, None, jnp.int32(t))[0]))
     draws = np.asarray(draw(keys)).reshape(-1)
-    logits = u / mech.scales[1]
+    logits = u / rule.scales[1]
     if noise_option == "discrete":
-        sensitivity = mech.sensitivities[1]
+        sensitivity = rule.sensitivities[1]
         last = round(sensitivity * len(data))
-        assert mech.block_of_round[t] == 2 and last >= t  # sensitivities[1]: the second block
+        assert rule.block_of_round[t] == 2 and last >= t  # sensitivities[1]: the second block
         counts = np.asarray(marginal_counts(jnp.asarray(data.codes), workload)).astype(np.int64)
         n = len(data)
         steps = [(64 * (t * int(c) - n * int(s))) // last for c, s in zip(counts, sums, strict=True)]
         steps += [(64 * (n * int(s) - t * int(c))) // last for c, s in zip(counts, sums, strict=True)]
-        numerator, denominator = noise._selection_rate(mech.scales[1], sensitivity, noise.GRID_STEPS)
+        numerator, denominator = noise._selection_rate(rule.scales[1], sensitivity, noise.GRID_STEPS)
         logits = np.asarray(steps, np.float64) * numerator / denominator
     expected = np.exp(logits - logits.max())
     expected = expected / expected.sum() * draws.size
     observed = np.bincount(draws, minlength=u.size)
     assert stats.chisquare(observed, expected).pvalue > 1e-3
-    assert mech.scales[1] == pytest.approx(1 / mech.learning_rate, rel=1e-6)
+    assert rule.scales[1] == pytest.approx(1 / rule.learning_rate, rel=1e-6)
 
 
 def test_dualquery_learning_rate_must_fit_the_budget():
@@ -205,16 +211,16 @@ def test_release_samples_the_best_responses(factory, options):
     data = tiny_dataset(n=300)
     mech = factory(data, all_kway(data.domain.sizes, 2), rounds=4, epsilon=1.0, delta=1e-6, **options)
     state = loop.run(mech, jax.random.key(4)).state
-    records = {tuple(r) for r in np.asarray(state.records).tolist()}
-    assert np.asarray(state.filled).all()
+    records = {tuple(r) for r in np.asarray(state.model.records).tolist()}
+    assert np.asarray(state.model.filled).all()
     out = np.asarray(loop.release(mech, state, jax.random.key(4)))
     assert out.shape == (300, 4) and out.dtype == np.int32
     assert {tuple(r) for r in out.tolist()} <= records
     assert np.asarray(loop.release(mech, state, jax.random.key(4), rows=7)).shape == (7, 4)
     # the answers the state tracks are those of the records it holds
-    codes = np.asarray(state.records)
+    codes = np.asarray(state.model.records)
     want = evaluate.fractions(Dataset.from_codes(data.domain, codes), mech.workload)
-    np.testing.assert_allclose(np.asarray(mech.synthetic_answers(state)), want, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(mech.answers(state)), want, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -228,7 +234,7 @@ def test_beats_the_independent_baseline_on_correlated_data(factory, options):
     workload = all_kway(data.domain.sizes, 2)
     mech = factory(data, workload, rho=1.0, **options)
     state = loop.run(mech, jax.random.key(0)).state
-    est = np.asarray(mech.synthetic_answers(state), np.float64)
+    est = np.asarray(mech.answers(state), np.float64)
     base = jaxdp.independent(data, rho=1.0)
     codes = loop.release(base, loop.run(base, jax.random.key(1)).state, jax.random.key(1))
     baseline = evaluate.workload_errors(data, Dataset.from_codes(data.domain, np.asarray(codes)), workload)
@@ -273,4 +279,4 @@ def test_refusals():
     with pytest.raises(DomainTooLargeToEnumerateError, match="oracle='milp'"):
         fem(huge, all_kway(big.sizes, 2), rounds=2, epsilon=1.0, delta=1e-6, oracle="enumerate")
     # "auto" falls back to the integer program on a domain too large to enumerate
-    assert type(fem(huge, all_kway(big.sizes, 2), rounds=2, rho=1.0).oracle).__name__ == "MilpOracle"
+    assert type(fem(huge, all_kway(big.sizes, 2), rounds=2, rho=1.0).family.solver).__name__ == "MilpOracle"

@@ -11,7 +11,6 @@ import pytest
 import jaxdp
 from jaxdp import audit, selection
 from jaxdp.domain import Categorical, Dataset, Domain, Numeric
-from jaxdp.families.mixed import MixedRows
 from jaxdp.mechanisms import rap_plus as rp
 from jaxdp.queries import (
     MixedMarginalQueries,
@@ -135,17 +134,17 @@ def test_declared_sensitivities_and_plan():
     data = mixed_dataset(n=500)
     mech = jaxdp.rap_plus_plus(data, small_classes(), epsilon=1.0, delta=1e-6, n_rows=50)
     marg, mm, lt = mech.classes
-    assert marg.select_sensitivity == mm.select_sensitivity == lt.select_sensitivity == 1 / 500
+    assert marg.selection.sensitivity == mm.selection.sensitivity == lt.selection.sensitivity == 1 / 500
     # measurements add noise to counts, so their sensitivities are in counts (n times the
     # fractions' sqrt(2)/n and sqrt(5)/n)
-    assert marg.measure_sensitivity == pytest.approx(np.sqrt(2))
-    assert mm.measure_sensitivity == pytest.approx(np.sqrt(5))
+    assert marg.measurement.sensitivity == pytest.approx(np.sqrt(2))
+    assert mm.measurement.sensitivity == pytest.approx(np.sqrt(5))
     assert mech.rounds == 1 + 2 + 2 and sorted(mech.schedule) == [0, 1, 1, 2, 2]
     assert mech.plan.rho_planned <= mech.plan.rho_budget
     assert mech.plan.rho_planned == pytest.approx(mech.plan.rho_budget, rel=1e-3)
     with pytest.raises(TypeError, match="relation"):  # replace-one only: fractions
         jaxdp.rap_plus_plus(data, small_classes(), epsilon=1.0, delta=1e-6, relation="add-remove")
-    with pytest.raises(ValueError, match="exceeds its 200 queries"):
+    with pytest.raises(ValueError, match="exceeds the 200 counting queries of the class"):
         jaxdp.rap_plus_plus(
             data,
             [rp.mixed_marginals(small_classes()[1].queries, rounds=50, per_round=5)],
@@ -186,16 +185,16 @@ def test_annealing_beats_every_fixed_sigma_on_a_toy_problem():
         max_stage_steps=60,
         learning_rate=0.02,
     )
-    state = mech.init(jax.random.key(0))
-    cls = state.classes[0]
+    model = mech.init(jax.random.key(0)).model
+    cls = model.classes[0]
     targets = cls._replace(
         targets=jnp.asarray(true, jnp.float32), measured=jnp.ones(m, bool), ids=jnp.arange(m, dtype=jnp.int32)
     )
 
     def hard_error(sigma_start, stages, steps):
-        fit = dataclasses.replace(mech, max_stage_steps=steps)
+        fit = dataclasses.replace(mech.family, max_stage_steps=steps)
         params, _, _ = jax.jit(lambda p: fit.project(p, (targets,), sigma_start=sigma_start, stages=stages))(
-            state.params
+            model.params
         )
         return float(fit.loss(params, (targets,), None))
 
@@ -212,7 +211,7 @@ def test_mixed_rows_stay_in_bounds_and_release_decodes_to_original_units():
     key = jax.random.key(5)
     result = jaxdp.run(mech, key)
     audit.check_ledger(list(result.ledger), mech.plan)
-    _, numeric = result.state.params
+    _, numeric = result.state.model.params
     assert float(numeric.min()) >= 0.0 and float(numeric.max()) <= 1.0
     codes, values = jaxdp.release(mech, result.state, key, rows=300)
     synth = Dataset(DOMAIN, np.asarray(codes), np.asarray(values))
@@ -230,19 +229,21 @@ def test_rap_plus_plus_fits_the_measured_thresholds_better_than_its_start():
     mech = jaxdp.rap_plus_plus(data, small_classes(), epsilon=20.0, delta=1e-6, n_rows=100)
     result = jaxdp.run(mech, jax.random.key(6))
     start = mech.init(jax.random.key(7))
-    mixed = mech.classes[1].queries
+    mixed = mech.family.targets[1].queries
     true = np.asarray(mixed_marginal_answers(data.codes, data.numeric, mixed)) / len(data)
 
     # The 10 of the 200 candidate thresholds the two mixed rounds measured (the others are free).
-    measured = ~np.asarray(result.state.classes[1].eligible)
+    measured = ~np.asarray(result.state.eligible[1])
     assert measured.sum() == 10
 
     def error(params):
-        probs = MixedRows(DOMAIN.sizes, 2, 100).probabilities(params)
+        probs = mech.family.probabilities(params)
         answers = np.asarray(relaxed_mixed_marginal_answers(probs, params[1], mixed, None))
         return np.abs(answers - true)[measured].mean()
 
-    assert error(result.state.params) < 0.2 * error(start.params)  # seeds 0-5: 0.02-0.05 of the start
+    assert error(result.state.model.params) < 0.2 * error(
+        start.model.params
+    )  # seeds 0-5: 0.02-0.05 of the start
 
 
 def test_categorical_only_data_runs_as_rap():
@@ -252,7 +253,7 @@ def test_categorical_only_data_runs_as_rap():
     mech = jaxdp.rap_plus_plus(
         data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6, rounds=3, n_rows=50
     )
-    assert mech.stages == 1 and mech.family.n_numeric == 0
+    assert mech.family.stages == 1 and mech.family.n_numeric == 0
     result = jaxdp.run(mech, jax.random.key(0))
     codes, numeric = jaxdp.release(mech, result.state, jax.random.key(1))
     assert codes.shape == (len(data), 4) and numeric.shape == (len(data), 0)
@@ -280,11 +281,11 @@ def test_exact_noise_by_default_measures_integer_counts():
             max_stage_steps=2,
             noise=noise,
         )
-        assert mech.noise == noise and all(c.noise == noise for c in mech.classes)
+        assert mech.noise == noise and all(c.selection.noise == noise for c in mech.classes)
         result = jaxdp.run(mech, jax.random.key(1))
         assert {e.primitive for e in result.ledger} == primitives[noise]
         gaps = []
-        for state in result.state.classes:
+        for state in result.state.model.classes:
             counts = np.asarray(state.targets, np.float64)[np.asarray(state.measured)] * n
             assert counts.size > 0
             gaps.append(np.abs(counts - np.round(counts)).max())

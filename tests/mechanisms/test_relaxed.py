@@ -222,10 +222,11 @@ def test_measurement_sensitivity_and_sigma_are_in_counts():
     the fractions' sqrt(2 k) / n); sigma is calibrated in the same units, so rho is unchanged."""
     data = tiny_dataset()
     mech = rap(data, _two_way(data), rho=0.5, rounds=2, marginals_per_round=2, n_rows=50)
-    assert mech.measurement.sensitivity == pytest.approx(2.0)
+    measurement = mech.classes[0].measurement
+    assert measurement.sensitivity == pytest.approx(2.0)
     measure = next(c for c in mech.plan.charges if c.label == "measure")
     assert measure.primitive == "discrete_gaussian"
-    assert (measure.sensitivity, measure.scale) == (mech.measurement.sensitivity, mech.measurement.sigma)
+    assert (measure.sensitivity, measure.scale) == (measurement.sensitivity, measurement.sigma)
     assert mech.plan.rho_planned == pytest.approx(0.5, rel=1e-6)
 
 

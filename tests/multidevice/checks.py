@@ -194,21 +194,21 @@ def test_aim_counts_over_the_mesh_and_releases_what_one_device_releases(name, mo
     counts come back replicated on all 8), then run the single-device computation: the same
     ledger, measurements and release as on one device with the same key (noise drawn per device
     and summed would not match)."""
-    from jaxdp.mechanisms import _aim_selection
+    from jaxdp.mechanisms import annealed
 
     devices_counted_on = []
-    count = _aim_selection.private_counts
+    count = annealed.private_counts
 
     def spy(data, workload, mesh=None):
         counts = count(data, workload, mesh)
         devices_counted_on.append(len(counts._value.sharding.device_set))
         return counts
 
-    monkeypatch.setattr(_aim_selection, "private_counts", spy)
+    monkeypatch.setattr(annealed, "private_counts", spy)
     data = tiny_dataset(n=403)  # not a multiple of 8: the sharded codes carry 5 padding rows
     one, eight = _aim_family(name, data), _aim_family(name, data, records_mesh())
     assert devices_counted_on == [1, 8]
-    np.testing.assert_array_equal(np.asarray(eight.answers._value), np.asarray(one.answers._value))
+    np.testing.assert_array_equal(np.asarray(eight.counts._value), np.asarray(one.counts._value))
     key = jax.random.key(3)
     one_run, eight_run = jaxdp.run(one, key), jaxdp.run(eight, key)
     assert [e.to_json() for e in one_run.ledger] == [e.to_json() for e in eight_run.ledger]

@@ -238,9 +238,13 @@ def honest(factory):
 @pytest.fixture(scope="module")
 def halved(factory):
     """A factory bug: half the true l1 and l2 sensitivities declared."""
-    return _recorded_rounds(
-        lambda data: dataclasses.replace(_build(factory, data), l1_sensitivity=0.5, l2_sensitivity=0.5)
-    )
+
+    def make(data):
+        mechanism = _build(factory, data)
+        rule = dataclasses.replace(mechanism.selection, l1_sensitivity=0.5, l2_sensitivity=0.5)
+        return dataclasses.replace(mechanism, selection=rule)
+
+    return _recorded_rounds(make)
 
 
 def test_neighbours_are_a_worst_case(honest):
@@ -341,7 +345,7 @@ def test_declared_sensitivities_bound_every_neighbour(factory):
         return factory(data, two_way, rho=2.0, alpha=0.5, max_rounds=8, iters=1, final_iters=1)
 
     mechanism = make(D)
-    assert sorted(set(mechanism.weights)) == [3.0, 6.0]
+    assert sorted(set(mechanism.selection.weights)) == [3.0, 6.0]
     prefix = _prefix(mechanism)
 
     def scores(data):

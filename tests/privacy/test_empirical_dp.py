@@ -519,7 +519,19 @@ def _measure(mechanism, key):
     """What `jaxdp.run` computes for a one-round mechanism, as a function of the root key."""
     state = mechanism.init(stream_key(key, Stream.INIT))
     state, _ = mechanism.step(state, round_key(key, 0))
-    return state.noisy_answers
+    return state.model.noisy_answers
+
+
+def _measurement(mechanism):
+    """The Gaussian measurement of a one-class mechanism (its sigma and sensitivity, in counts)."""
+    return mechanism.classes[0].measurement
+
+
+def _with_measurement(mechanism, plan=None, **changes):
+    """`mechanism` with its measurement's settings (and plan) replaced: a factory bug."""
+    part = mechanism.classes[0]
+    part = dataclasses.replace(part, measurement=dataclasses.replace(part.measurement, **changes))
+    return dataclasses.replace(mechanism, classes=(part,), plan=plan or mechanism.plan)
 
 
 def _independent_statistic(mechanism, answers, answers_prime, n, seed):
@@ -537,14 +549,15 @@ def _independent_bound(make, relation, n, delta, seed):
     data_prime = jaxdp.Dataset.from_codes(DOMAIN, neighbour)
     honest = jaxdp.independent(data, rho=RHO, relation=relation)
     mech, mech_prime = make(data), make(data_prime)
-    assert mech.sigma == mech_prime.sigma and mech.sensitivity == mech_prime.sensitivity
+    settings = [(m.sigma, m.sensitivity) for m in (_measurement(mech), _measurement(mech_prime))]
+    assert settings[0] == settings[1]
 
     # The vmapped path computes what jaxdp.run does, bit for bit; the run's ledger is the claim.
     vmapped = _runs(_measure, seed + 99, 2, honest)
     keys = jax.random.split(jax.random.key(seed + 99), 2)
     results = [jaxdp.run(honest, keys[i]) for i in range(2)]
     for i, result in enumerate(results):
-        np.testing.assert_array_equal(vmapped[i], np.asarray(result.state.noisy_answers))
+        np.testing.assert_array_equal(vmapped[i], np.asarray(result.state.model.noisy_answers))
     claim = accounting.epsilon_from_rho(jaxdp.rho_spent(results[0].ledger), delta, "exact")
 
     # Independent measures counts (sensitivity and sigma in counts) and reports them as counts
@@ -552,9 +565,10 @@ def _independent_bound(make, relation, n, delta, seed):
     scale = 1.0 if relation == "add-remove" else 1.0 / len(data)
     answers, answers_prime = _one_way_counts(CODES) * scale, _one_way_counts(neighbour) * scale
     # The neighbours are a worst case: the answers move by exactly the declared L2 sensitivity.
-    assert np.linalg.norm(answers_prime - answers) == pytest.approx(honest.sensitivity * scale, rel=1e-12)
+    sensitivity = _measurement(honest).sensitivity
+    assert np.linalg.norm(answers_prime - answers) == pytest.approx(sensitivity * scale, rel=1e-12)
     # In units of the honest sigma: D at 0, D' at +0.5, as for the Gaussian count.
-    unit = honest.sigma * scale
+    unit = _measurement(honest).sigma * scale
     s = _independent_statistic(mech, answers, answers_prime, n, seed) / unit
     s_prime = _independent_statistic(mech_prime, answers, answers_prime, n, seed + 1) / unit
     return threshold_attack(s, s_prime, delta), claim
@@ -567,7 +581,7 @@ def _honest(relation):
 def _half_noise(relation):
     def make(data):
         mech = jaxdp.independent(data, rho=RHO, relation=relation)
-        return dataclasses.replace(mech, sigma=accounting.float32_ceil(0.5 * mech.sigma))
+        return _with_measurement(mech, sigma=accounting.float32_ceil(0.5 * _measurement(mech).sigma))
 
     return make
 
@@ -575,7 +589,7 @@ def _half_noise(relation):
 def _no_noise(relation):
     def make(data):
         # the exact sampler's smallest scale: its noise is nonzero with probability below 1e-800
-        return dataclasses.replace(
+        return _with_measurement(
             jaxdp.independent(data, rho=RHO, relation=relation), sigma=samplers.SIGMA_MIN
         )
 
@@ -588,11 +602,11 @@ def _halved_sensitivity(relation):
 
     def make(data):
         mech = jaxdp.independent(data, rho=RHO, relation=relation)
-        sensitivity = 0.5 * mech.sensitivity
+        sensitivity = 0.5 * _measurement(mech).sensitivity
         sigma = accounting.gaussian_sigma(sensitivity, RHO)
         charge = PlannedCharge("measure 1-way marginals", mech.plan.charges[0].primitive, sensitivity, sigma)
         plan = Plan.from_rho(RHO).with_charge(charge).check()
-        return dataclasses.replace(mech, sigma=sigma, sensitivity=sensitivity, plan=plan)
+        return _with_measurement(mech, plan, sigma=sigma, sensitivity=sensitivity)
 
     return make
 

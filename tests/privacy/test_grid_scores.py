@@ -27,12 +27,13 @@ import numpy as np
 import pytest
 
 from jaxdp import noise, selection
-from jaxdp.mechanisms import _aim_selection, rap_plus
-from jaxdp.mechanisms.dualquery import MAX_EXACT_ROUNDS
-from jaxdp.mechanisms.dualquery import grid_scores as dualquery_grid_scores
-from jaxdp.mechanisms.fem import _signed_steps
+from jaxdp.domain import Domain
+from jaxdp.mechanisms import rap_plus
 from jaxdp.queries import aim_weights, all_kway, downward_closure
-from jaxdp.selection import GRID_MAX_RECORDS, L1Error, MaxError, QueryError, Rule
+from jaxdp.selection import GRID_MAX_RECORDS, L1Error, MaxError, QueryError, Rule, SelectionBudget
+from jaxdp.selection import annealed as aim_rule
+from jaxdp.selection.games import MAX_EXACT_ROUNDS, signed_steps
+from jaxdp.selection.games import sample_steps as dualquery_grid_scores
 from jaxdp.types import Sensitive, pytree_dataclass
 
 from .test_exact_samplers import _check_selection, _exp_law, _select_counts
@@ -41,6 +42,15 @@ STEPS = noise.GRID_STEPS
 WORKLOAD = all_kway((3, 4, 2), 2)  # 3 marginals, 12 + 6 + 8 = 26 cells
 CANDIDATES = downward_closure(all_kway((3, 4, 2, 2), 2))
 NS = (1_000_000, GRID_MAX_RECORDS)
+MIXED_DOMAIN = Domain.from_schema(
+    {
+        "columns": {
+            "a": {"type": "categorical", "size": 3},
+            "b": {"type": "categorical", "size": 2},
+            "x": {"type": "numeric", "lower": 0, "upper": 1},
+        }
+    }
+)
 
 
 def _random_counts(rng, workload, n: int) -> np.ndarray:
@@ -159,7 +169,9 @@ def test_rule_scores_reach_but_never_exceed_grid_steps_on_adversarial_neighbours
 def test_rap_plus_and_fem_scores_are_the_rule_helpers_and_move_by_at_most_grid_steps(n):
     """RAP++ scores by `max_cell_error_steps` / `cell_error_steps` with 64 steps per count (checked
     above); FEM by +-(64 c - m): exact and within GRID_STEPS, at most."""
-    for rule in (rap_plus.MARGINAL_RULE, rap_plus.QUERY_RULE):
+    classes = rap_plus.default_classes(MIXED_DOMAIN, jax.random.key(0))
+    for rule in (c.select for c in classes):
+        assert isinstance(rule, selection.MaxError | selection.QueryError) and rule.top_k
         assert selection.steps_per_count(rule.unit_sensitivity) == STEPS == selection.GRID_STEPS_PER_COUNT
     rng = np.random.default_rng(7)
     for _ in range(20):
@@ -167,8 +179,8 @@ def test_rap_plus_and_fem_scores_are_the_rule_helpers_and_move_by_at_most_grid_s
         current = _current_near(rng, counts, n, WORKLOAD, 1e-4)
         m = selection.answers_in_steps(jnp.asarray(current), n, STEPS)
         other = _replace_one(rng, counts, WORKLOAD)
-        a = np.asarray(_signed_steps(jnp.asarray(counts, jnp.int32), m), np.int64)
-        b = np.asarray(_signed_steps(jnp.asarray(other, jnp.int32), m), np.int64)
+        a = np.asarray(signed_steps(jnp.asarray(counts, jnp.int32), m), np.int64)
+        b = np.asarray(signed_steps(jnp.asarray(other, jnp.int32), m), np.int64)
         ref = [STEPS * int(c) - int(x) for c, x in zip(counts, _public_steps(current, n, STEPS), strict=True)]
         assert a.tolist() == ref + [-r for r in ref]
         assert np.abs(a - b).max() <= STEPS
@@ -244,7 +256,7 @@ def test_dualquery_scores_are_exact_and_move_by_at_most_grid_steps(last, n):
 
 def _ref_aim(counts, model, candidates, weights, mask, sigma, ell) -> list[int]:
     """AIM's exact scores Q_r (unshifted) in Python integers and Fractions."""
-    k, bits = _aim_selection.COUNT_STEPS, _aim_selection.WEIGHT_BITS
+    k, bits = aim_rule.COUNT_STEPS, aim_rule.WEIGHT_BITS
     w_max = Fraction(max(float(w) for w, ok in zip(weights, mask, strict=True) if ok))
     quality = []
     for i, (start, cells) in enumerate(zip(candidates.offsets, candidates.cells, strict=True)):
@@ -254,7 +266,7 @@ def _ref_aim(counts, model, candidates, weights, mask, sigma, ell) -> list[int]:
             abs(k * int(c) - round(Fraction(x) * k))
             for c, x in zip(counts[start : start + cells], mu, strict=True)
         )
-        p = round(Fraction(k * _aim_selection.SQRT_2_OVER_PI * sigma * cells))
+        p = round(Fraction(k * aim_rule.SQRT_2_OVER_PI * sigma * cells))
         w = math.floor(Fraction(float(weights[i])) * 2**bits / w_max) if mask[i] else 0
         quality.append((w * (e - p)) // (2**bits * k * int(ell) // STEPS))
     return quality
@@ -280,12 +292,12 @@ def test_aim_scores_are_exact_and_move_by_at_most_grid_steps(relation, n):
         sigma = float(10.0 ** rng.uniform(0, 3))
         other = neighbour_of(rng, counts, CANDIDATES)
         args = (CANDIDATES, w, mask, sigma, ell)
-        a = _aim_selection.grid_quality_steps(counts, model, *args)
-        b = _aim_selection.grid_quality_steps(other, model, *args)
+        a = aim_rule.grid_quality_steps(counts, model, *args)
+        b = aim_rule.grid_quality_steps(other, model, *args)
         assert a.tolist() == _ref_aim(counts, model, *args)
         assert b.tolist() == _ref_aim(other, model, *args)
         worst = max(worst, int(np.abs(a - b)[mask].max()))
-        shifted = _aim_selection.grid_quality_scores(counts, model, *args)
+        shifted = aim_rule.grid_quality_scores(counts, model, *args)
         assert shifted.dtype == np.int32
         assert shifted[mask].tolist() == (a[mask] - a[mask].max()).tolist()
     assert worst <= STEPS
@@ -305,8 +317,8 @@ def test_aim_scores_reach_grid_steps_on_adversarial_neighbours(relation):
         if relation == "replace-one":
             other[start] -= 1
     args = (CANDIDATES, np.ones(len(CANDIDATES)), np.ones(len(CANDIDATES), bool), 0.0, ell)
-    a = _aim_selection.grid_quality_steps(counts, model, *args)
-    b = _aim_selection.grid_quality_steps(other, model, *args)
+    a = aim_rule.grid_quality_steps(counts, model, *args)
+    b = aim_rule.grid_quality_steps(other, model, *args)
     assert not a.any()
     assert b.tolist() == _ref_aim(other, model, *args) == [STEPS] * len(CANDIDATES)
 
@@ -386,10 +398,11 @@ def test_which_rules_are_exact_and_the_range_is_enforced():
     assert MaxError().exact and L1Error().exact and QueryError().exact
     assert not _Mean().exact  # a rule of one's own: float path with its allowance
     assert not _MaxSquared().exact  # overriding scores alone never reuses MaxError's grid scores
-    MaxError().calibrate(0.1, GRID_MAX_RECORDS, "discrete", 1)
+    budget = SelectionBudget(0.1, 0.1, 1)
+    MaxError().calibrate(budget, GRID_MAX_RECORDS, "discrete")
     with pytest.raises(ValueError, match="exact selection scores need"):
-        MaxError().calibrate(0.1, GRID_MAX_RECORDS + 1, "discrete", 1)
-    _Mean().calibrate(0.1, GRID_MAX_RECORDS + 1, "discrete", 1)  # float path: no int32 range
+        MaxError().calibrate(budget, GRID_MAX_RECORDS + 1, "discrete")
+    _Mean().calibrate(budget, GRID_MAX_RECORDS + 1, "discrete")  # float path: no int32 range
     with pytest.raises(ValueError, match="whole number"):
         selection.steps_per_count(3.0)
 
@@ -401,7 +414,7 @@ def test_rule_selection_is_deterministic_under_a_fixed_key():
     current = jnp.asarray(_current_near(rng, counts, n, WORKLOAD, 1e-3))
     eligible = jnp.ones(len(WORKLOAD), bool)
     for rule in (MaxError(k=2), L1Error()):
-        calibrated, _ = rule.calibrate(0.5, n, "discrete", 1)
+        calibrated, _ = rule.calibrate(SelectionBudget(0.5, 0.5, 1), n, "discrete")
         picks = [
             np.asarray(
                 calibrated(
@@ -411,6 +424,7 @@ def test_rule_selection_is_deterministic_under_a_fixed_key():
                     current,
                     WORKLOAD,
                     eligible,
+                    jnp.int32(0),
                 )[0]
             )
             for _ in range(2)

@@ -55,12 +55,12 @@ import pytest
 import jaxdp
 from jaxdp import accounting, noise
 from jaxdp.evaluate import fractions
-from jaxdp.families import GEM, RAP
+from jaxdp.families import GEM, RAP, BestResponses, NoisyAnswers, PerturbedLeader, Product
+from jaxdp.families.mixed import MixedRows
 from jaxdp.keys import Stream, round_key, stream_key
-from jaxdp.mechanisms import Adaptive, Gaussian, Independent, RapPlusPlus
 from jaxdp.mechanisms._common import count_unit
-from jaxdp.mechanisms.dualquery import DualQuery, dualquery
-from jaxdp.mechanisms.fem import FEM, fem
+from jaxdp.mechanisms.dualquery import dualquery
+from jaxdp.mechanisms.fem import fem
 from jaxdp.queries import all_kway
 
 from .test_empirical_dp import DELTA, selection_attack, threshold_attack
@@ -159,25 +159,23 @@ ROUNDS = {
 
 def _released(mechanism, state, info):
     """(first selected candidate or None, noisy answers over the workload's queries or None,
-    which queries the round measured) from a round's State and Info."""
+    which queries the round measured) from a round's State and Info, by the mechanism's family."""
     everything = jnp.ones(WORKLOAD.n_queries, bool)
-    if isinstance(mechanism, Independent | Gaussian):
-        return None, state.noisy_answers, everything
-    if isinstance(mechanism, Adaptive) and isinstance(mechanism.family, RAP | GEM):
-        return info.selected[0], state.model.noisy_answers, state.model.measured
-    if isinstance(mechanism, Adaptive):  # a histogram family: its first slot holds the round's target
-        slot = mechanism.measurement.padding.gather[info.selected[0]]  # padding is dropped
-        target = state.model.measurements.target[0]
-        noisy = jnp.zeros(WORKLOAD.n_queries, jnp.float32).at[slot].set(target, mode="drop")
-        return info.selected[0], noisy, jnp.zeros(WORKLOAD.n_queries, bool).at[slot].set(True, mode="drop")
-    if isinstance(mechanism, RapPlusPlus):  # categorical data: one class, the workload's marginals
-        marginals = state.classes[0]
-        return jnp.argmin(marginals.eligible), marginals.targets, marginals.measured
-    if isinstance(mechanism, FEM):
-        return info.selected, None, None
-    if isinstance(mechanism, DualQuery):
-        return info.sampled[0], None, None
-    raise NotImplementedError(f"say where {type(mechanism).__name__}'s round releases its draws")
+    family, model = mechanism.family, state.model
+    if isinstance(family, Product | NoisyAnswers):  # the baselines select nothing privately
+        return None, model.noisy_answers, everything
+    if isinstance(family, RAP | GEM):
+        return info.selected[0], model.noisy_answers, model.measured
+    if isinstance(family, MixedRows):  # categorical data: one class, the workload's marginals
+        marginals = model.classes[0]
+        return info.selected[0], marginals.targets, marginals.measured
+    if isinstance(family, PerturbedLeader | BestResponses):  # FEM, DualQuery: picks, no measurement
+        return info.selected[0], None, None
+    # a histogram family: its first slot holds the round's target
+    slot = mechanism.classes[0].measurement.padding.gather[info.selected[0]]  # padding is dropped
+    target = model.measurements.target[0]
+    noisy = jnp.zeros(WORKLOAD.n_queries, jnp.float32).at[slot].set(target, mode="drop")
+    return info.selected[0], noisy, jnp.zeros(WORKLOAD.n_queries, bool).at[slot].set(True, mode="drop")
 
 
 def _public_prefix(mechanism, private_round: int, seed: int):
@@ -197,13 +195,11 @@ def _public_prefix(mechanism, private_round: int, seed: int):
     state = mechanism.init(stream_key(key, Stream.INIT))
     for t in range(private_round):
         state, _ = mechanism.step(state, round_key(key, t))
-    if isinstance(mechanism, Adaptive) and isinstance(mechanism.family, RAP | GEM):
+    if isinstance(mechanism.family, RAP | GEM | MixedRows):
         model = state.model  # the round reads only `params`
         state = state._replace(
             model=model._replace(params=jax.tree_util.tree_map(jnp.zeros_like, model.params))
         )
-    if isinstance(mechanism, RapPlusPlus):
-        state = state._replace(params=jax.tree_util.tree_map(jnp.zeros_like, state.params))
     return state
 
 
