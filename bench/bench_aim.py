@@ -154,7 +154,7 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
         ),
         np.asarray(workload.offsets),
     )
-    model = pgm.ModelMarginals(result.state.model)
+    model = pgm.ModelMarginals(result.state.model.fitted)
     model_errors = evaluate.answer_errors(
         evaluate.fractions(data, workload), model.counts(workload.cliques) / model.total, workload
     )
@@ -181,7 +181,7 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
         "eligible_max": max((r["eligible"] for r in handler.rounds), default=0),
         "bounds_cover": float(np.mean(bounds.bound >= true_l1)),
         "bound_median_ratio": float(np.median(bounds.bound / np.maximum(true_l1, 1e-9))),
-        "rho_spent_over_budget": float(result.state.rho_spent / mech.plan.rho_budget),
+        "rho_spent_over_budget": float(result.state.schedule.rho_spent / mech.plan.rho_budget),
         "load_avg": load_average(),
         # XLA's optimisation level changes compile time, which dominates AIM's run time
         "xla_flags": os.environ.get("XLA_FLAGS"),

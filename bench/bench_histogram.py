@@ -49,8 +49,6 @@ def factories(quick: bool) -> dict:
 
 
 def own_answers(mech, state):
-    if hasattr(mech, "synthetic_answers"):  # DualQuery, FEM
-        return mech.synthetic_answers(state)
     return mech.answers(state)
 
 

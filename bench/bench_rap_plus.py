@@ -135,7 +135,7 @@ def main() -> int:
                 train, c, epsilon=e, delta=DELTA, **settings
             )
             if args.variants:
-                cm_lt = [c for c in classes if c.kind != "mixed_marginals"]
+                cm_lt = [c for c in classes if c.label != "mixed_marginals"]
                 runs["rap++(cm+lt)"] = lambda c=cm_lt, e=eps: jaxdp.rap_plus_plus(
                     train, c, epsilon=e, delta=DELTA, **settings
                 )

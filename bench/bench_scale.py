@@ -109,7 +109,7 @@ def aim_worker(rows: int, rounds: int, release_rows: int) -> dict:
     key = jax.random.key(0)
     start = time.perf_counter()
     mech = jaxdp.aim(data, workload, epsilon=1.0, delta=1e-9, max_rounds=rounds, mesh=mesh)
-    jax.block_until_ready(mech.answers)  # the counts are dispatched asynchronously
+    jax.block_until_ready(mech.counts)  # the counts are dispatched asynchronously
     count_s = time.perf_counter() - start
     start = time.perf_counter()
     result = jaxdp.run(mech, key)

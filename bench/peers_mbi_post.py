@@ -78,15 +78,17 @@ def run_jaxdp(data: Dataset, workload, seed: int, fractions: np.ndarray) -> tupl
     aim_s = time.perf_counter() - start
     n = len(data)
     cliques = workload.cliques
-    counts, marg_first, marg_warm = first_and_warm(lambda: pgm.ModelMarginals(state.model).counts(cliques))
+    counts, marg_first, marg_warm = first_and_warm(
+        lambda: pgm.ModelMarginals(state.model.fitted).counts(cliques)
+    )
     codes, synth_first, synth_warm = first_and_warm(lambda: jaxdp.release(mech, state, key, rows=n))
     refit, fit_first, fit_warm = first_and_warm(
         lambda: pgm.estimate(
             data.domain.sizes,
             state.measurements,
             total=None,
-            iters=mech.model.final_iters,
-            tol=mech.model.tol,
+            iters=mech.family.final_iters,
+            tol=mech.family.tol,
         )
     )
     refit_counts = pgm.ModelMarginals(refit).counts(cliques)
@@ -118,7 +120,7 @@ def run_mbi(data: Dataset, workload, seed: int, fractions: np.ndarray, mech, sta
     ]
     estimator = mbi.estimation.MirrorDescent()
     model, fit_first, fit_warm = first_and_warm(
-        lambda: estimator.estimate(domain, measured, iters=mech.model.final_iters)
+        lambda: estimator.estimate(domain, measured, iters=mech.family.final_iters)
     )
 
     def project_all():
@@ -202,9 +204,9 @@ def main(argv: list[str] | None = None) -> None:
             seed=seed,
             epsilon=EPSILON,
             delta=DELTA,
-            iters=mech.iters,
-            final_iters=mech.final_iters,
-            tol=mech.tol,
+            iters=mech.family.iters,
+            final_iters=mech.family.final_iters,
+            tol=mech.family.tol,
             jaxdp=ours,
             mbi=theirs,
             mbi_version=metadata.version("mbi"),

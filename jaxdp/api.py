@@ -578,7 +578,7 @@ def execute(
     synthetic = answers = None
     release = _release_jit if contract.jittable(mechanism) else _release
     answers_out = contract.releases(mechanism) == "answers"
-    if rows is None and hasattr(mechanism, "default_rows"):
+    if rows is None and not answers_out and hasattr(mechanism, "default_rows"):
         # Under add-remove the row count is read from the noisy state on the host: inside the
         # compiled release it would be a tracer.
         rows = mechanism.default_rows(run.state)

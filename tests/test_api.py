@@ -158,12 +158,12 @@ def test_public_data_and_registry_extensions():
         )
     finally:
         del api.MECHANISMS["independent-with-bounds"]
-    assert bounded.error_bounds == {"sigma": bounded.mechanism.sigma}
+    assert bounded.error_bounds == {"sigma": bounded.mechanism.classes[0].measurement.sigma}
     assert bounded.report["error_bounds"] == bounded.error_bounds
 
 
 def _b(mechanism, state, synthetic, confidence, domain):
-    return {"sigma": mechanism.sigma}
+    return {"sigma": mechanism.classes[0].measurement.sigma}
 
 
 def test_silent_by_default(capsys, caplog):
@@ -199,7 +199,7 @@ def test_a_records_mesh_is_forwarded_or_refused():
 
     frame = _frame(n=301)
     plain, meshed = _mwem(frame), _mwem(frame, mesh=records_mesh())
-    assert meshed.mechanism.counts._value.sharding.mesh.axis_names == ("records",)
+    assert meshed.mechanism.classes[0].counts._value.sharding.mesh.axis_names == ("records",)
     np.testing.assert_array_equal(meshed.synthetic.codes, plain.synthetic.codes)
     with pytest.raises(ValueError, match="'dualquery' does not count records over a mesh"):
         jaxdp.synthesize(

@@ -155,7 +155,8 @@ class Adaptive:
 
     @property
     def releases(self) -> str:
-        """"records", or "answers" for a family that releases its noisy answers (Gaussian)."""
+        """What `release` returns: "records", or "answers" for a family that releases its noisy
+        answers (Gaussian)."""
         return self.family.releases
 
     @property

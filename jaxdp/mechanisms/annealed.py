@@ -192,7 +192,7 @@ class Annealed:
     def _initialise(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, RoundInfo]:
         rule = self.selection
         ones = rule.one_way()
-        sensitivity, sigma, spent = rule.one_way_measurement(state.schedule.sigma)
+        sensitivity, sigma = rule.one_way_measurement(state.schedule.sigma)
         index = np.concatenate([np.arange(rule.span(i).start, rule.span(i).stop) for i in ones])
         noisy, charge = self._measure(key, index, sigma=sigma, sensitivity=sensitivity)
         measured = self._measured(ones, noisy, sigma)
@@ -201,7 +201,7 @@ class Annealed:
             pgm.Measurement(self.candidates.cliques[i], noisy[bounds[j] : bounds[j + 1]], sigma)
             for j, i in enumerate(ones)
         )
-        schedule = rule.after_one_way(state.schedule, sensitivity, sigma, spent)
+        schedule = rule.after_one_way(state.schedule, sensitivity, sigma)
         new = state._replace(
             model=self._fit(state.model, measured, None, 0, key, False),
             schedule=rule.anneal_or_finish(
@@ -485,10 +485,13 @@ def annealed(
     require_categorical(data, name)
     if workload.sizes != data.domain.sizes:
         raise DataError("workload was built for a different domain than the data's")
-    if relation not in family.relations or MARGINALS not in family.candidates or family.releases != "records":
+    kind = type(family).__name__
+    if relation not in family.relations:
+        fits = " or ".join(r.value for r in family.relations)
+        raise ValueError(f"{kind} fits under {fits}, not {relation.value}")
+    if MARGINALS not in family.candidates or not family.needs_measurements or family.releases != "records":
         raise ValueError(
-            f"{type(family).__name__} does not fit AIMSelection's picks (whole marginals, measured in "
-            f"counts, under {relation.value})"
+            f"{kind} does not fit AIMSelection: it measures whole marginals and releases records"
         )
     n = len(data)
     rule = select.bind(workload, relation=relation, n_records=n, rounds=rounds, noise=noise)

@@ -67,15 +67,19 @@ class Schedule(NamedTuple):
     """The annealing state between rounds (host floats, all public).
 
     sigma, epsilon: the next round's parameters (epsilon None: the filter's final round comes
-    next); rho_spent: rho spent so far; charges: (primitive code, sensitivity, scale) of every
-    primitive invoked, in order (the realised plan); done: the budget is spent.
+    next); charges: (primitive code, sensitivity, scale) of every primitive invoked, in order
+    (the realised plan, and the one source of the rho spent); done: the budget is spent.
     """
 
     sigma: float
     epsilon: float | None
-    rho_spent: float
     charges: tuple[tuple[int, float, float], ...]
     done: bool
+
+    @property
+    def rho_spent(self) -> float:
+        """The rho of the charges so far, summed in order (as the filter adds them up)."""
+        return sum(charge_rho(noise.PRIMITIVES[code], sens, scale) for code, sens, scale in self.charges)
 
 
 @jax.jit
@@ -298,7 +302,7 @@ class AIMSelection:
         rounds (Algorithm 2, line 3)."""
         sigma0 = self.l2_sensitivity * math.sqrt(self.max_rounds / (2.0 * self.alpha * rho_budget))
         epsilon0 = math.sqrt(8.0 * (1.0 - self.alpha) * rho_budget / self.max_rounds)
-        return Schedule(sigma0, epsilon0, 0.0, (), False)
+        return Schedule(sigma0, epsilon0, (), False)
 
     def round_cost(self, sigma: float, epsilon: float) -> float:
         return self.l2_sensitivity**2 / (2.0 * sigma**2) + epsilon**2 / 8.0
@@ -323,35 +327,29 @@ class AIMSelection:
         """sigma (counts) of a marginal's measurement costing at most `rho` (`noise.count_sigma`)."""
         return noise.count_sigma(self.l2_sensitivity, rho, self.noise)
 
-    def one_way_measurement(self, sigma: float) -> tuple[float, float, float]:
-        """Round 0's (L2 sensitivity, sigma, rho): the 1-way candidates measured together (L2
+    def one_way_measurement(self, sigma: float) -> tuple[float, float]:
+        """Round 0's (L2 sensitivity, sigma): the 1-way candidates measured together (L2
         sensitivity sqrt(d1) times a marginal's; the paper's d1 separate measurements, same
         noise and cost)."""
         sensitivity = math.sqrt(len(self.one_way())) * self.l2_sensitivity
         sigma = float32_ceil(sigma)
         if self.noise == "discrete":  # the exact sampler's floor; a larger sigma costs less
             sigma = max(sigma, samplers.SIGMA_MIN)
-        return sensitivity, sigma, charge_rho(self.measure_primitive, sensitivity, sigma)
+        return sensitivity, sigma
 
-    def after_one_way(self, schedule: Schedule, sensitivity: float, sigma: float, spent: float) -> Schedule:
+    def after_one_way(self, schedule: Schedule, sensitivity: float, sigma: float) -> Schedule:
         """The schedule once round 0 is measured."""
         charge = (noise.PRIMITIVES.index(self.measure_primitive), sensitivity, sigma)
-        return schedule._replace(rho_spent=spent, charges=(charge,))
+        return schedule._replace(charges=(charge,))
 
     def after_round(self, schedule: Schedule, delta_t: float, scale: float, sigma: float) -> Schedule:
         """The schedule after a select + measure round: its two charges added."""
-        select, measure = self.select_primitive, self.measure_primitive
-        spent = (
-            schedule.rho_spent
-            + charge_rho(select, delta_t, scale)
-            + charge_rho(measure, self.l2_sensitivity, sigma)
-        )
         charges = (
             *schedule.charges,
-            (noise.PRIMITIVES.index(select), delta_t, scale),
-            (noise.PRIMITIVES.index(measure), self.l2_sensitivity, sigma),
+            (noise.PRIMITIVES.index(self.select_primitive), delta_t, scale),
+            (noise.PRIMITIVES.index(self.measure_primitive), self.l2_sensitivity, sigma),
         )
-        return schedule._replace(rho_spent=spent, charges=charges)
+        return schedule._replace(charges=charges)
 
     @staticmethod
     def learned(after: np.ndarray, before: np.ndarray, sigma: float) -> bool:

@@ -1,6 +1,7 @@
 """The builder: any selection rule with any family, its plan and its refusals; the rules' scores
 move by at most their declared sensitivity between neighbouring datasets."""
 
+import dataclasses
 import itertools
 import math
 
@@ -10,12 +11,22 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import evaluate, loop
+from jaxdp import api, evaluate, loop
 from jaxdp.domain import Dataset
-from jaxdp.families import GEM, MW, PEP, RAP
+from jaxdp.families import GEM, MW, PEP, RAP, BestResponses, Family, Product
+from jaxdp.mechanisms import Adaptive, Annealed, QueryClass
 from jaxdp.queries import all_kway, marginal_counts
-from jaxdp.selection import L1Error, MaxError, QueryError, Rule, l1_errors
-from jaxdp.types import pytree_dataclass
+from jaxdp.selection import (
+    AIMSelection,
+    Everything,
+    L1Error,
+    MaxError,
+    QueryError,
+    Rule,
+    SignedError,
+    l1_errors,
+)
+from jaxdp.types import pytree_dataclass, static_field
 
 from .conftest import tiny_dataset
 
@@ -144,3 +155,116 @@ def test_scores_move_by_at_most_their_sensitivity_between_neighbours(rule):
         largest = max(largest, float(np.abs(scores[0] - scores[1]).max()) * n)
     assert largest <= rule.unit_sensitivity + 8 * 2**-24 * 200
     assert largest >= 0.5 * rule.unit_sensitivity  # and the bound is tight (the check has power)
+
+
+def test_every_registry_mechanism_is_a_preset_of_the_builder():
+    """Each name the API and the command line know builds the builder's mechanism (an `Adaptive`;
+    an `Annealed` for AIM's filter rule) from public parts: a rule of `jaxdp.selection` and a
+    family of `jaxdp.families`, no mechanism class of its own."""
+    data = tiny_dataset(n=300)
+    workload = all_kway(data.domain.sizes, 2)
+    public = tiny_dataset(n=60, seed=9)
+    for name, spec in api.MECHANISMS.items():
+        mech = api.build(
+            name, data, workload, epsilon=1.0, delta=1e-6, public=public if spec.public else None
+        )
+        assert isinstance(mech, Adaptive | Annealed), name
+        rules = [c.selection for c in mech.classes] if isinstance(mech, Adaptive) else [mech.selection]
+        for part, package in [*((r, "jaxdp.selection") for r in rules), (mech.family, "jaxdp.families")]:
+            assert type(part).__module__.startswith(package + "."), (name, type(part))
+        assert isinstance(mech.family, Family), name
+
+
+@pytest.mark.parametrize(
+    "family",
+    [PEP(max_steps=5), RAP(n_rows=30, max_steps=5), GEM(batch=32, hidden=(16,), latent_dim=4, max_steps=5)],
+    ids=["pep", "rap", "gem"],
+)
+def test_aim_selection_composes_with_the_fitted_families(family):
+    """AIM's rule (annealing and the filter) drives a family of another paper: round 0 measures
+    the 1-way marginals, then select-measure rounds until the filter has spent the budget,
+    exactly and never more; the ledger is audited against the charges the filter decided on."""
+    data = tiny_dataset(n=500)
+    workload = all_kway(data.domain.sizes, 2)
+    mech = jaxdp.adaptive(data, workload, select=AIMSelection(), family=family, rounds=8, rho=0.05)
+    assert isinstance(mech, Annealed) and not mech.jittable
+    result = loop.run(mech, jax.random.key(3))
+    primitives = [e.primitive for e in result.ledger]
+    assert primitives[0] == "discrete_gaussian"
+    assert primitives[1:] == ["discrete_exponential", "discrete_gaussian"] * (len(primitives) // 2)
+    assert len(primitives) >= 3 and result.state.schedule.done
+    assert jaxdp.rho_spent(result.ledger) == pytest.approx(0.05, rel=1e-6)
+    assert jaxdp.rho_spent(result.ledger) <= 0.05
+    codes = np.asarray(loop.release(mech, result.state, jax.random.key(3), rows=40))
+    assert codes.shape == (40, 4) and (codes < np.asarray(data.domain.sizes)).all()
+
+
+def test_parts_that_do_not_fit_are_refused_by_name():
+    data = tiny_dataset(n=300)
+    workload = all_kway(data.domain.sizes, 2)
+    budget = {"epsilon": 1.0, "delta": 1e-6}
+    refusals = [
+        (dict(select=SignedError(), family=PEP()), "PEP does not fit picks of signed queries"),
+        (dict(select=MaxError(), family=PEP(), measure=None), "PEP fits measurements"),
+        (dict(select=MaxError(), family=BestResponses()), "BestResponses does not fit picks of marginals"),
+        (dict(select=Everything(), family=PEP(), relation="add-remove"), "PEP fits under replace-one"),
+        (dict(select=MaxError(), family=Product(), relation="add-remove"), "MaxError scores under"),
+        (dict(select=AIMSelection(), family=MW(), rounds=8), "MW updates on each round's newest"),
+        (dict(select=AIMSelection(), family=PEP(), relation="add-remove", rounds=8), "PEP fits under"),
+        (dict(select=AIMSelection(), family=PEP(), alpha=0.5, rounds=8), "AIMSelection"),
+        (dict(select=Everything(), family=PEP(), alpha=0.5), "alpha splits a round"),
+    ]
+    for options, match in refusals:
+        with pytest.raises(ValueError, match=match):
+            jaxdp.adaptive(data, workload, **{"rounds": 1, **options}, **budget)
+    classes = [QueryClass(workload, MaxError(), 1), QueryClass(workload, MaxError(), 1)]
+    with pytest.raises(ValueError, match="PEP fits one query class, got 2"):
+        jaxdp.adaptive(data, classes=classes, family=PEP(), **budget)
+    with pytest.raises(ValueError, match="either classes or"):
+        jaxdp.adaptive(data, workload, classes=classes, family=PEP(), **budget)
+
+
+@pytree_dataclass
+class LastMeasured(Family):
+    """A family of one's own: the measured answers themselves (unmeasured cells at 0), released
+    as records drawn attribute by attribute from their noisy 1-way marginals."""
+
+    unit: float = static_field(default=1.0)
+    n_queries: int = static_field(default=0)
+    sizes: tuple[int, ...] = static_field(default=())
+
+    def bind(self, classes, *, domain, public, n_records):
+        (shape,) = classes
+        return dataclasses.replace(
+            self, unit=1.0 / n_records, n_queries=shape.queries.n_queries, sizes=domain.sizes
+        )
+
+    def init(self, key):
+        return jnp.zeros(self.n_queries, jnp.float32)
+
+    def answers(self, model):
+        return model
+
+    def record(self, model, measured, current, r):
+        return model.at[measured.index].set(measured.counts * self.unit, mode="drop")
+
+    def update(self, model, t, key, last):
+        return model, jnp.zeros((), jnp.int32)
+
+    def output_answers(self, model):
+        return model
+
+    def release(self, model, key, rows):
+        return jnp.zeros((rows, len(self.sizes)), jnp.int32)
+
+
+def test_a_family_of_ones_own_composes():
+    """Subclassing `Family` is all a new representation needs: the builder calibrates the rule
+    and the measurement, and the run's ledger is the plan's."""
+    data = tiny_dataset(n=300)
+    workload = all_kway(data.domain.sizes, 1)
+    mech = jaxdp.adaptive(data, workload, select=Everything(), family=LastMeasured(), rounds=1, rho=1e6)
+    result = loop.run(mech, jax.random.key(0))
+    assert [c.label for c in mech.plan.charges] == ["measure"] and len(result.ledger) == 1
+    true = evaluate.fractions(data, workload)
+    np.testing.assert_allclose(np.asarray(mech.answers(result.state)), true, atol=1e-2)

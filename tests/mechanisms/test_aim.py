@@ -37,15 +37,19 @@ def test_annealing_rule_on_a_scripted_sequence():
     rule, budget = mech.selection, mech.plan.rho_budget
     schedule = mech.init(jax.random.key(0)).schedule
     sigma0, eps0 = schedule.sigma, schedule.epsilon
-    schedule, done = schedule._replace(rho_spent=0.1 * budget), 1
+    # round 0 spent a tenth of the budget: one Gaussian charge of that cost
+    first = rule.l2_sensitivity / np.sqrt(2 * 0.1 * budget)
+    schedule, done = rule.after_one_way(schedule, rule.l2_sensitivity, first), 1
+    assert schedule.rho_spent == pytest.approx(0.1 * budget)
     script = [True, False, True, False, False, True, True, False, True, True, True, True]
     sigmas, expected = [], sigma0
     for changed in script:
         if schedule.epsilon is None:
             break
-        schedule = schedule._replace(
-            rho_spent=schedule.rho_spent + rule.round_cost(schedule.sigma, schedule.epsilon)
-        )
+        scale = 2 * max(rule.weights) * rule.l1_sensitivity / schedule.epsilon
+        before = schedule.rho_spent
+        schedule = rule.after_round(schedule, max(rule.weights) * rule.l1_sensitivity, scale, schedule.sigma)
+        assert schedule.rho_spent - before == pytest.approx(rule.round_cost(schedule.sigma, schedule.epsilon))
         done += 1
         schedule = rule.anneal_or_finish(
             schedule, changed=changed, rho_budget=budget, rounds_done=done, rounds=mech.rounds

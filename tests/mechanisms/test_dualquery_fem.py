@@ -101,8 +101,8 @@ def test_milp_and_enumeration_variants_release_the_same_records(factory, options
         loop.run(factory(data, workload, rounds=5, rho=1.0, oracle=o, **options), jax.random.key(11)).state
         for o in ("enumerate", "milp")
     ]
-    np.testing.assert_array_equal(np.asarray(states[0].records), np.asarray(states[1].records))
-    assert int(states[1].inexact) == 0
+    np.testing.assert_array_equal(np.asarray(states[0].model.records), np.asarray(states[1].model.records))
+    assert int(states[1].model.inexact) == 0
 
 
 def test_dualquery_plan_follows_the_derivation():

@@ -7,7 +7,11 @@ History: the composable core (issue #15) was checked bit-identical against golde
 3e176fa, before presets replaced the hand-written mechanisms. The samplers (issue #14: streaming
 slot loops) and exact integer selection scores then changed the draws on purpose, so the goldens
 were re-recorded on the merge of both (the commit stored in the file); from there they pin every
-figure against refactoring.
+figure against refactoring. When DualQuery, FEM, RAP++, Independent and Gaussian became presets of
+the builder too, their states took the builder's structure (the family's model, one eligibility
+mask per query class, the picks in Info): the file's paths were renamed to it with the recorded
+values kept, and the few new integer leaves (picks, masks, class index) were taken from a run of
+the new code whose every other output matched the recorded ones.
 """
 
 import numpy as np

@@ -211,7 +211,7 @@ def test_default_noise_measures_integer_counts_exactly(name, marginal_trick, mon
     for noisy in measured:
         np.testing.assert_array_equal(noisy, np.round(noisy))
     # in counts: replacing a record moves two cells of a marginal by one each, one query by one
-    assert mech.measurement.sensitivity == pytest.approx(np.sqrt(2.0) if marginal_trick else 1.0)
+    assert mech.classes[0].measurement.sensitivity == pytest.approx(np.sqrt(2.0) if marginal_trick else 1.0)
     if not marginal_trick:  # the target is the noisy count / n, clipped to [0, 1]
         targets = np.asarray(state.model.measurements.target, np.float64) * len(data)
         np.testing.assert_allclose(targets, np.round(targets), atol=1e-3)
