@@ -1,13 +1,20 @@
 """The audit catches draws the plan did not pay for, and a plan that was not kept."""
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import pytest
 
 from jaxdp import accounting as acc
 from jaxdp import audit, noise
-from jaxdp.mechanisms._common import RoundInfo
-from jaxdp.types import Sensitive
+from jaxdp.types import Charge, Sensitive
+
+
+class RoundInfo(NamedTuple):
+    """The least a round's Info holds (jaxdp.contract.Info): its charges."""
+
+    charges: tuple[Charge, ...]
 
 
 def _info(*charges):

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,12 +27,6 @@ from jaxdp.queries.sharded import AXIS
 from jaxdp.types import Array, Charge, Neighboring, Sensitive
 
 
-class RoundInfo(NamedTuple):
-    """Releasable per-round diagnostics: the charges of the private primitives it invoked."""
-
-    charges: tuple[Charge, ...]
-
-
 def make_plan(epsilon: float | None, delta: float | None, rho: float | None, conversion: str) -> Plan:
     """The budget from either (epsilon, delta) or rho (exactly one of the two forms)."""
     _checks.one_of(conversion, CONVERSIONS, "conversion")
@@ -56,14 +48,6 @@ def as_relation(relation: Neighboring | str) -> Neighboring:
     return Neighboring(relation)
 
 
-def marginal_count_sensitivity(n_marginals: int, relation: Neighboring) -> float:
-    """L2 sensitivity, in counts, of the concatenated counts of `n_marginals` marginals: one
-    record touches one cell of each, so sqrt(m) under add/remove, and sqrt(2 m) under replace-one
-    (one cell of each marginal loses the record and another gains it)."""
-    per_marginal = 1.0 if relation is Neighboring.ADD_REMOVE else 2.0
-    return math.sqrt(per_marginal * n_marginals)
-
-
 def require_categorical(data: Dataset, mechanism: str) -> None:
     numeric = [a.name for a in data.domain.numeric]
     if numeric:
@@ -82,8 +66,8 @@ def private_codes(data: Dataset, mesh: Mesh | None = None) -> Sensitive:
     """The records' categorical codes as a private leaf (so jit never embeds them).
 
     With a `mesh` (one axis, "records": `jaxdp.queries.records_mesh()`), the rows are split over
-    its devices, padded with zero rows to a multiple of the device count (`shard_records`); count
-    them with `count_marginals(..., mesh=mesh)`, which removes the padding exactly.
+    its devices, padded with zero rows to a multiple of the device count (`shard_records`);
+    `private_counts` counts them there and removes the padding exactly.
     """
     if not isinstance(data, Dataset):
         raise TypeError(f"data must be a jaxdp.Dataset, got {type(data).__name__}")
@@ -108,14 +92,6 @@ def _check_mesh(mesh: Mesh) -> None:
         )
 
 
-def count_marginals(codes: Array, workload: MarginalWorkload, n_records: int, mesh: Mesh | None) -> Array:
-    """float32 counts of `workload` over codes from `private_codes(data, mesh)`: on one device,
-    or each device counting its rows and one psum adding them (exact either way)."""
-    if mesh is None:
-        return marginal_counts(codes, workload)
-    return sharded_marginal_counts(codes, workload, mesh=mesh, n_records=n_records)
-
-
 _counts_jit = jax.jit(lambda codes, workload: marginal_counts(codes, workload, jnp.int32), static_argnums=1)
 
 
@@ -129,16 +105,10 @@ _sharded_counts_jit = jax.jit(_sharded_counts, static_argnums=(1, 2, 3))
 def private_counts(data: Dataset, workload: MarginalWorkload, mesh: Mesh | None = None) -> Sensitive:
     """The workload's true answers as int32 counts, as a private leaf: what exact (discrete)
     measurements add integer noise to. Under replace-one, mechanisms divide the noisy counts by
-    the public n after the noise (`count_unit`)."""
+    the public n after the noise (the family's post-processing)."""
     if mesh is None:
         return private_codes(data).map(_counts_jit, workload)
     return private_codes(data, mesh).map(_sharded_counts_jit, workload, mesh, len(data))
-
-
-def count_unit(relation: Neighboring, n_records: int) -> float:
-    """What one count is worth in a mechanism's answers: 1 under add/remove, 1 / n (public)
-    under replace-one. Noisy counts times this are the noisy answers (post-processing)."""
-    return 1.0 if relation is Neighboring.ADD_REMOVE else 1.0 / n_records
 
 
 def round_shares(rho_budget: float, rounds: int, alpha: float) -> tuple[float, float]:

@@ -41,10 +41,10 @@ from jaxdp.families import pgm
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import measure_on_host
-from jaxdp.mechanisms._common import RoundInfo, private_counts, require_categorical
+from jaxdp.mechanisms._common import private_counts, require_categorical
 from jaxdp.queries import MarginalWorkload, marginal_counts
 from jaxdp.selection.annealed import SQRT_2_OVER_PI, AIMSelection, RoundRecord, Schedule
-from jaxdp.types import MARGINALS, Array, Key, Neighboring, Sensitive, pytree_dataclass, static_field
+from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 logger = logging.getLogger("jaxdp.mechanisms.aim")
 
@@ -63,6 +63,13 @@ class AnnealedState(NamedTuple):
     records: tuple[RoundRecord, ...]
     last_round: np.ndarray
     last_model_counts: np.ndarray
+
+
+class AnnealedInfo(NamedTuple):
+    """charges: the round's (selection, measurement) charges (count 0 for a primitive that did
+    not run: round 0 selects nothing; rounds after the filter's last draw nothing)."""
+
+    charges: tuple[Charge, Charge]
 
 
 class ErrorBounds(NamedTuple):
@@ -134,10 +141,10 @@ class Annealed:
             last_model_counts=np.zeros(self.workload.n_queries, np.float32),
         )
 
-    def step(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, RoundInfo]:
+    def step(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, AnnealedInfo]:
         require_key(key)
         if state.schedule.done:
-            return state, RoundInfo(charges=self.selection.idle())
+            return state, AnnealedInfo(charges=self.selection.idle())
         if state.rounds_done == 0:
             return self._initialise(state, key)
         return self._adaptive_round(state, key)
@@ -189,7 +196,7 @@ class Annealed:
             answers = answers * self.n_records
         return np.where(np.repeat(np.asarray(eligible, bool), self.candidates.cells), answers, 0.0)
 
-    def _initialise(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, RoundInfo]:
+    def _initialise(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, AnnealedInfo]:
         rule = self.selection
         ones = rule.one_way()
         sensitivity, sigma = rule.one_way_measurement(state.schedule.sigma)
@@ -210,7 +217,7 @@ class Annealed:
             measurements=measurements,
             rounds_done=1,
         )
-        return new, RoundInfo(charges=(rule.idle()[0], charge))
+        return new, AnnealedInfo(charges=(rule.idle()[0], charge))
 
     def _measure(self, key: Key, index: np.ndarray, *, sigma: float, sensitivity: float):
         return measure_on_host(
@@ -223,7 +230,7 @@ class Annealed:
             largest=self.selection.largest_measurement,
         )
 
-    def _adaptive_round(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, RoundInfo]:
+    def _adaptive_round(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, AnnealedInfo]:
         rule, t = self.selection, state.rounds_done
         sigma, epsilon, rho_select, rho_measure, final = rule.round_parameters(
             state.schedule, self.plan.rho_budget
@@ -311,7 +318,7 @@ class Annealed:
             last_round=last_round,
             last_model_counts=last_model_counts,
         )
-        return new, RoundInfo(charges=(select_charge, measure_charge))
+        return new, AnnealedInfo(charges=(select_charge, measure_charge))
 
     def _eligible(self, model, budget_used: float) -> np.ndarray:
         mask = self.family.eligible(model, budget_used)

@@ -1,22 +1,23 @@
-"""Selection rules: the private "select" step of Adaptive Measurements, as public parts.
+"""The score-based selection rules and what every rule shares (`Rule`).
 
-A rule scores every candidate of a marginal workload (its marginals, or its single counting
-queries) by the error of the current synthetic answers against the true ones, and picks k of them
-with the exponential mechanism (`noise.select` for k = 1; k without replacement, report-noisy-
-top-k, by `noise.select_top_k` otherwise): exact on scores quantised to a public grid by default
-(noise="discrete"), Gumbel-max under noise="float".
+A rule scores every candidate of a query class (its marginals, or its single counting queries) by
+the error of the current synthetic answers against the true ones, and picks k of them with the
+exponential mechanism (one draw for k = 1; report-noisy-top-k without replacement for k > 1, or
+for k = 1 with `top_k=True`): exact on integer scores by default (noise="discrete"), Gumbel-max
+under noise="float".
 
-- `MaxError`: marginals by their largest cell error (the marginal trick; MWEM, PEP, RAP, GEM);
-  sensitivity 1/n.
+- `MaxError`: marginals by their largest cell error (the marginal trick; MWEM, PEP, RAP, GEM,
+  RAP++'s categorical marginals); sensitivity 1/n.
 - `L1Error`: marginals by the sum of their cell errors (AIM's quality score without its weights
   and noise penalty); sensitivity 2/n.
 - `QueryError`: single counting queries by their error (MWEM and PEP without the marginal
-  trick); sensitivity 1/n.
+  trick; RAP++'s threshold queries); sensitivity 1/n.
+- `Everything`: every candidate at once, without looking at the data (the baselines).
 
-A rule is built with its settings (`k`) and calibrated by `jaxdp.adaptive` (or a preset): its
-scale follows from the round's selection budget and the score sensitivity under the relation. A
-new rule subclasses `Rule` (decorated with `jaxdp.types.pytree_dataclass`) with its `scores`, the
-`unit_sensitivity` of its score (times 1/n) and its `candidates` ("marginals" or "queries").
+A rule is built with its settings (`k`, `top_k`) and bound by `jaxdp.adaptive` (`calibrate`): its
+scale follows from the round's selection budget and the score sensitivity. A new rule subclasses
+`Rule` (decorated with `jaxdp.types.pytree_dataclass`) with its `scores`, the `unit_sensitivity`
+of its score (times 1/n) and its `candidates` (`jaxdp.types.MARGINALS` or `QUERIES`).
 The true answers are fractions, counts / n with n public (replace-one): a replaced record moves
 each fraction by at most 1/n, so each cell error, their maximum, and a query's error move by at
 most 1/n, and a marginal's L1 error by at most 2/n (one cell loses the record, one gains it).

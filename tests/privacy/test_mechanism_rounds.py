@@ -58,7 +58,6 @@ from jaxdp.evaluate import fractions
 from jaxdp.families import GEM, RAP, BestResponses, NoisyAnswers, PerturbedLeader, Product
 from jaxdp.families.mixed import MixedRows
 from jaxdp.keys import Stream, round_key, stream_key
-from jaxdp.mechanisms._common import count_unit
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
 from jaxdp.queries import all_kway
@@ -243,7 +242,7 @@ def _claims(mechanism, private_round: int, seed: int, delta: float) -> Claims:
         elif primitive in MEASUREMENTS:
             # Charges are in counts; the statistic is in the mechanism's answers (counts / n under
             # replace-one), so sigma is converted to those units.
-            sigma = scale * count_unit(mechanism.relation, N_RECORDS)
+            sigma = scale * (1.0 if mechanism.relation is jaxdp.Neighboring.ADD_REMOVE else 1.0 / N_RECORDS)
             measurement = accounting.cdp_epsilon(accounting.charge_rho(primitive, sensitivity, scale), delta)
     return Claims(selection, measurement, sigma)
 
