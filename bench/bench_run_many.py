@@ -7,7 +7,7 @@ form (so compiling is excluded), with the 1-minute load average before and after
 inflates timings). For "vmap" the record also says whether every seed's Info (its selections)
 equals its single run's and the largest state difference.
 
-    python bench/bench_run_many.py --mechanisms pep rap-softmax --out bench/results/run_many.jsonl
+    python bench/bench_run_many.py --mechanisms pep rap-softmax aim-pep --out bench/results/run_many.jsonl
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import numpy as np
 from _common import Recorder, block, load_average
 
 import jaxdp
+from jaxdp.families import PEP
 from jaxdp.queries import all_kway
+from jaxdp.selection import AIMSelection
 
 KERNEL = "run_many"
 MECHANISMS = {
@@ -28,6 +30,10 @@ MECHANISMS = {
     "mwem": lambda d, w: jaxdp.mwem(d, w, rounds=10, epsilon=1.0, delta=1e-9),
     "rap-softmax": lambda d, w: jaxdp.rap_softmax(d, w, rounds=5, epsilon=1.0, delta=1e-9),
     "gem": lambda d, w: jaxdp.gem(d, w, rounds=10, epsilon=1.0, delta=1e-9),
+    # README's composition: AIM's selection with PEP's projection (a Python loop: vmap loops too)
+    "aim-pep": lambda d, w: jaxdp.adaptive(
+        d, w, select=AIMSelection(), family=PEP(max_steps=25), rounds=16, epsilon=1.0, delta=1e-9
+    ),
 }
 
 
@@ -61,7 +67,7 @@ def main() -> None:
             "python loop of run": lambda m=mech: [jaxdp.run(m, k).state for k in keys],
             "run_many loop": lambda m=mech: jaxdp.run_many(m, keys).state,
         }
-        if not args.no_vmap:
+        if not args.no_vmap and mech.jittable:
             strategies["run_many vmap"] = lambda m=mech: jaxdp.run_many(m, keys, batching="vmap")
         singles = None
         for label, fn in strategies.items():

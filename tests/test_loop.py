@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 import chex
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -142,7 +143,9 @@ def _private_arrays(mech) -> list[np.ndarray]:
     return [np.asarray(x) for s in found if isinstance(s, Sensitive) for x in jax.tree_util.tree_leaves(s)]
 
 
-@pytest.mark.parametrize("name", ["pep", "rap", "gem", "fem"])
+@pytest.mark.parametrize(
+    "name", ["pep", "rap", "gem", "fem", "dualquery", "rap++", "independent", "gaussian"]
+)
 def test_no_compiled_program_of_run_holds_a_private_value(name):
     from .mechanisms.conftest import FACTORIES
 

@@ -111,6 +111,12 @@ class GraphicalModel(Family):
         return model._replace(fitted=fitted), 0
 
     def _fractions(self, model: GraphicalState, eligible: np.ndarray) -> np.ndarray:
+        """The model's marginals of the eligible candidates (uniform before its first fit)."""
+        if model.fitted is None:
+            cells = np.asarray(self.workload.cells, np.float64)
+            return np.where(
+                np.repeat(eligible, self.workload.cells), np.repeat(1.0 / cells, self.workload.cells), 0.0
+            )
         out = np.zeros(self.workload.n_queries, np.float64)
         marginals = _marginals_of(model.fitted)
         for i in np.flatnonzero(eligible):
@@ -123,7 +129,9 @@ class GraphicalModel(Family):
         replace-one, the model's counts (its marginals times its estimated total) under
         add-remove. Only those marginals are computed: one outside the tree costs an einsum."""
         fractions = self._fractions(model, np.asarray(eligible, bool))
-        return fractions if self.known_total is not None else model.fitted.total * fractions
+        if self.known_total is not None:
+            return fractions
+        return (0.0 if model.fitted is None else model.fitted.total) * fractions
 
     def answers(self, model: GraphicalState) -> np.ndarray:
         return self.candidate_answers(model, np.ones(len(self.workload), bool))

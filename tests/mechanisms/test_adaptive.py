@@ -13,7 +13,7 @@ import pytest
 import jaxdp
 from jaxdp import api, evaluate, loop
 from jaxdp.domain import Dataset
-from jaxdp.families import GEM, MW, PEP, RAP, BestResponses, Family, Product
+from jaxdp.families import GEM, MW, PEP, RAP, BestResponses, Family, GraphicalModel, Product
 from jaxdp.mechanisms import Adaptive, Annealed, QueryClass
 from jaxdp.queries import all_kway, marginal_counts
 from jaxdp.selection import (
@@ -268,3 +268,22 @@ def test_a_family_of_ones_own_composes():
     assert [c.label for c in mech.plan.charges] == ["measure"] and len(result.ledger) == 1
     true = evaluate.fractions(data, workload)
     np.testing.assert_allclose(np.asarray(mech.answers(result.state)), true, atol=1e-2)
+
+
+def test_a_fixed_rule_with_a_host_family_runs_as_a_python_loop():
+    """MWEM's selection with Private-PGM's estimator: the family fits on the host, so the
+    mechanism is not jittable and `run` drives its rounds from Python, with the same plan and
+    ledger as any fixed-budget mechanism; before its first fit the model answers uniformly."""
+    pytest.importorskip("mbi")
+    data = tiny_dataset(n=500)
+    workload = all_kway(data.domain.sizes, 2)
+    family = GraphicalModel(iters=50, final_iters=50)
+    mech = jaxdp.adaptive(data, workload, select=MaxError(), family=family, rounds=3, rho=0.5)
+    assert isinstance(mech, Adaptive) and not mech.jittable
+    result = loop.run(mech, jax.random.key(4))
+    assert [e.primitive for e in result.ledger] == ["discrete_exponential", "discrete_gaussian"] * 3
+    assert jaxdp.rho_spent(result.ledger) == pytest.approx(0.5, rel=1e-6)
+    uniform = mech.family.answers(mech.family.init(jax.random.key(0)))
+    np.testing.assert_allclose(uniform, np.repeat(1.0 / np.asarray(workload.cells), workload.cells))
+    codes = np.asarray(loop.release(mech, result.state, jax.random.key(4), rows=64))
+    assert codes.shape == (64, 4)
