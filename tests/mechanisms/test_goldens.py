@@ -13,8 +13,8 @@ mask per query class, the picks in Info): the file's paths were renamed to it wi
 values kept, and the few new integer leaves (picks, masks, class index) were taken from a run of
 the new code whose every other output matched the recorded ones. Five cases whose fits round
 differently on another processor (GEM, GEM-Pub, RAP-softmax, RAP++ twice) also have a second
-recording, made on an Intel Xeon host where they drift from the goldens (recorded on AMD EPYC)
-at the same code (`goldens-variants.npz`); a case passes when it matches either recording.
+recording, made on an Intel Xeon host where they drift from the goldens (recorded on an earlier
+host: AMD EPYC, by the bench records of the time) at the same code (`goldens-variants.npz`); a case passes when it matches either recording.
 """
 
 import numpy as np
