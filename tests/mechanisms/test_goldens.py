@@ -14,7 +14,8 @@ values kept, and the few new integer leaves (picks, masks, class index) were tak
 the new code whose every other output matched the recorded ones. Five cases whose fits round
 differently on another processor (GEM, GEM-Pub, RAP-softmax, RAP++ twice) also have a second
 recording, made on an Intel Xeon host where they drift from the goldens (recorded on an earlier
-host: AMD EPYC, by the bench records of the time) at the same code (`goldens-variants.npz`); a case passes when it matches either recording.
+host: AMD EPYC, by the bench records of the time) at the same code (`goldens-variants.npz`); a
+case passes when it matches either recording.
 """
 
 import numpy as np
