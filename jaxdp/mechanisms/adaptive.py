@@ -317,6 +317,10 @@ def adaptive(
         raise TypeError(
             f"measure must be jaxdp.measurement.GaussianCounts() or None, got {type(measure).__name__}"
         )
+    if relation not in family.relations:
+        raise ValueError(
+            f"{type(family).__name__} fits under {_names(family.relations)}, not {relation.value}"
+        )
     if isinstance(select, AIMSelection):
         if classes is not None or alpha is not None or measure is None:
             raise ValueError(
@@ -325,7 +329,7 @@ def adaptive(
             )
         return annealed(
             data,
-            workload,
+            _checked_queries(workload, data, ""),
             select=select,
             family=family,
             rounds=rounds,
@@ -341,10 +345,6 @@ def adaptive(
         require_categorical(data, name)
     if len(classes) > 1 and not family.several_classes:
         raise ValueError(f"{type(family).__name__} fits one query class, got {len(classes)}")
-    if relation not in family.relations:
-        raise ValueError(
-            f"{type(family).__name__} fits under {_names(family.relations)}, not {relation.value}"
-        )
     if measure is None and family.needs_measurements:
         raise ValueError(f"{type(family).__name__} fits measurements: give measure=GaussianCounts()")
 

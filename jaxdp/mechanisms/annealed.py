@@ -36,9 +36,11 @@ from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp.accounting import Plan
-from jaxdp.domain import DataError, Dataset
+from jaxdp.domain import Dataset
 from jaxdp.families import pgm
 from jaxdp.families.base import ClassShape, Family, Measured
+from jaxdp.families.graphical import host_measurements
+from jaxdp.families.histogram import MarginalPadding
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import measure_on_host
 from jaxdp.mechanisms._common import private_counts, require_categorical
@@ -157,22 +159,20 @@ class Annealed:
         """The plan the filter followed: one charge per primitive invoked, within the budget."""
         return self.selection.realised_plan(state.schedule, self.plan)
 
-    def _measured(self, chosen: list[int], noisy: np.ndarray, sigma: float) -> Measured:
-        """The picks' measurements in the padded form every family reads: (k, width) noisy counts
-        (float64, the host's) and their positions in the candidates' flat answers."""
-        cells = self.candidates.cells
-        width = max(cells)
-        index = np.full((len(chosen), width), self.candidates.n_queries, np.int32)
-        counts = np.zeros((len(chosen), width), np.float64)
-        start = 0
-        for j, i in enumerate(chosen):
-            index[j, : cells[i]] = np.arange(
-                self.candidates.offsets[i], self.candidates.offsets[i] + cells[i]
-            )
-            counts[j, : cells[i]] = noisy[start : start + cells[i]]
-            start += cells[i]
+    @functools.cached_property
+    def _gather(self) -> np.ndarray:
+        """(n_candidates, width) each candidate's cells in the flat answers, padded with n_queries
+        (`MarginalPadding`, as the fixed-budget measurement lays them out)."""
+        return np.asarray(MarginalPadding.of(self.candidates).gather)
+
+    def _measured(self, chosen: list[int], index: np.ndarray, noisy: np.ndarray, sigma: float) -> Measured:
+        """The picks' measurements (`noisy` at the flat positions `index`) in the padded form every
+        family reads: (k, width) noisy counts (float64, the host's) and their positions."""
+        flat = np.zeros(self.candidates.n_queries + 1, np.float64)  # the last entry: the padding
+        flat[index] = noisy
         picks = np.asarray(chosen, np.int32)
-        return Measured(picks, picks, np.full(len(chosen), -1, np.int32), index, counts, sigma)
+        gather = self._gather[picks]
+        return Measured(picks, picks, np.full(len(chosen), -1, np.int32), gather, flat[gather], sigma)
 
     def _fit(self, model, measured: Measured, current, t: int, key: Key, last: bool):
         """The family's record and update of one round (compiled for a traced family)."""
@@ -202,19 +202,14 @@ class Annealed:
         sensitivity, sigma = rule.one_way_measurement(state.schedule.sigma)
         index = np.concatenate([np.arange(rule.span(i).start, rule.span(i).stop) for i in ones])
         noisy, charge = self._measure(key, index, sigma=sigma, sensitivity=sensitivity)
-        measured = self._measured(ones, noisy, sigma)
-        bounds = np.cumsum([0] + [self.candidates.cells[i] for i in ones])
-        measurements = tuple(
-            pgm.Measurement(self.candidates.cliques[i], noisy[bounds[j] : bounds[j + 1]], sigma)
-            for j, i in enumerate(ones)
-        )
+        measured = self._measured(ones, index, noisy, sigma)
         schedule = rule.after_one_way(state.schedule, sensitivity, sigma)
         new = state._replace(
             model=self._fit(state.model, measured, None, 0, key, False),
             schedule=rule.anneal_or_finish(
                 schedule, changed=True, rho_budget=self.plan.rho_budget, rounds_done=1, rounds=self.rounds
             ),
-            measurements=measurements,
+            measurements=host_measurements(measured, self.candidates),
             rounds_done=1,
         )
         return new, AnnealedInfo(charges=(rule.idle()[0], charge))
@@ -250,18 +245,15 @@ class Annealed:
 
         sigma_used = rule.measure_sigma(rho_measure)
         span = rule.span(choice)
-        noisy, measure_charge = self._measure(
-            key, np.arange(span.start, span.stop), sigma=sigma_used, sensitivity=rule.l2_sensitivity
-        )
+        index = np.arange(span.start, span.stop)
+        noisy, measure_charge = self._measure(key, index, sigma=sigma_used, sensitivity=rule.l2_sensitivity)
         before = model_counts[span].astype(np.float64)
-        measurements = (
-            *state.measurements,
-            pgm.Measurement(self.candidates.cliques[choice], noisy, sigma_used),
-        )
+        measured = self._measured([choice], index, noisy, sigma_used)
+        measurements = (*state.measurements, *host_measurements(measured, self.candidates))
         started = time.perf_counter()
         last = final or t + 1 >= self.rounds
         current = answered / self.n_records if self.relation is Neighboring.REPLACE_ONE else answered
-        fitted = self._fit(state.model, self._measured([choice], noisy, sigma_used), current, t, key, last)
+        fitted = self._fit(state.model, measured, current, t, key, last)
         fit_s = time.perf_counter() - started
         after = self._answers(fitted, _one_hot(choice, len(self.candidates)))[span]
         # Timings go to the log (bench/bench_aim.py reads them), never into State or Info,
@@ -473,7 +465,8 @@ def annealed(
     mesh: Mesh | None,
     name: str,
 ) -> Annealed:
-    """`jaxdp.adaptive` for a filter rule (its arguments validated there): the rule bound to the
+    """`jaxdp.adaptive` for a filter rule (its arguments, the family's relation and the workload's
+    domain checked there): the rule bound to the
     workload's downward closure W+ for at most `rounds` adaptive rounds (None: 16 d), the family
     bound to W+, the true counts of every candidate.
 
@@ -490,15 +483,10 @@ def annealed(
     if not isinstance(workload, MarginalWorkload):
         raise TypeError(f"{name} selects marginals of a MarginalWorkload, got {type(workload).__name__}")
     require_categorical(data, name)
-    if workload.sizes != data.domain.sizes:
-        raise DataError("workload was built for a different domain than the data's")
-    kind = type(family).__name__
-    if relation not in family.relations:
-        fits = " or ".join(r.value for r in family.relations)
-        raise ValueError(f"{kind} fits under {fits}, not {relation.value}")
     if MARGINALS not in family.candidates or not family.needs_measurements or family.releases != "records":
         raise ValueError(
-            f"{kind} does not fit AIMSelection: it measures whole marginals and releases records"
+            f"{type(family).__name__} does not fit AIMSelection: it measures whole marginals and "
+            "releases records"
         )
     n = len(data)
     rule = select.bind(workload, relation=relation, n_records=n, rounds=rounds, noise=noise)
