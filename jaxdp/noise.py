@@ -235,7 +235,7 @@ def discrete_gaussian(
         counts: integer counts, any shape (int32).
         sigma: the planned noise scale in counts, fixed on the host. The sampler's variance
             parameter is the rational `samplers.gaussian_lattice(sigma).variance`, sigma^2
-            rounded up by at most a relative 2^-10 (for sigma >= 0.03).
+            rounded up by at most a relative 2^-10 (over the whole supported range).
         sensitivity: L2 sensitivity of `counts` under the mechanism's neighbouring relation.
 
     Returns:
@@ -244,8 +244,10 @@ def discrete_gaussian(
     Privacy:
         rho = sensitivity^2 / (2 sigma^2) zCDP (Canonne, Kamath & Steinke 2020, Thm. 4 for one
         integer coordinate; for a vector, Renyi divergences of independent coordinates add, so
-        the same bound holds with the L2 sensitivity). Sampled exactly except for the truncation
-        at |Y| <= 32 sigma or more (`jaxdp.samplers`, docs/privacy.md).
+        the same bound holds with the L2 sensitivity). Sampled exactly from the law conditioned
+        on |Y| <= cap, the largest y with y^2 / (2 s^2) < 2^14 (181 sigma for sigma >= 1, at
+        least 120 sigma down to sigma = 2^-6; the mass beyond is below exp(-16000)):
+        `jaxdp.samplers`, docs/privacy.md.
     """
     key = require_key(key)
     sigma = _static_positive(sigma, "sigma")

@@ -6,6 +6,8 @@ The families `jaxdp.adaptive` composes (a family of your own subclasses `Family`
 - `PEP`, `MW`: an explicit distribution over the domain or a public dataset's records
   (PEP's entropy projection; MWEM's multiplicative weights);
 - `RAP`, `GEM`: relaxed rows (clipped or softmax) and a generator network, fitted by Adam;
+- `MixedRows`: RAP++'s relaxed rows with real numeric columns, fitted by an annealed projection
+  to several query classes at once;
 - `BestResponses`, `PerturbedLeader`: multisets of an oracle's best responses (DualQuery, FEM);
 - `Product`, `NoisyAnswers`: the baselines' product of noisy 1-way marginals and raw noisy
   answers (Independent, Gaussian);
@@ -20,6 +22,7 @@ from jaxdp.families.games import BestResponses, PerturbedLeader
 from jaxdp.families.generator_model import GeneratorModel
 from jaxdp.families.graphical import GraphicalModel
 from jaxdp.families.histogram_update import MW, PEP
+from jaxdp.families.mixed import MixedRows
 
 __all__ = [
     "GEM",
@@ -32,6 +35,7 @@ __all__ = [
     "GeneratorModel",
     "GraphicalModel",
     "Measured",
+    "MixedRows",
     "NoisyAnswers",
     "PerturbedLeader",
     "Product",

@@ -217,7 +217,18 @@ class _Fitted(Family):
 class RAP(_Fitted):
     """RAP's relaxed rows: `n_rows` rows fitted by Adam to the squared error over the measured
     queries for `max_steps` steps a round; kept in [0, 1] by clipping (RAP's projection), or
-    per-attribute softmax rows (`softmax`, RAP-softmax)."""
+    per-attribute softmax rows (`softmax`, RAP-softmax).
+
+    Args:
+        n_rows: n', the relaxed rows (default 1000).
+        softmax: False (RAP: rows of one-hot blocks relaxed to [0, 1], clipped after each step)
+            or True (RAP-softmax: each attribute block a softmax of free logits).
+        learning_rate: Adam's step (default 1e-2).
+        max_steps: Adam steps each round, on every measurement so far (default 200).
+
+    `jaxdp.rap` and `jaxdp.rap_softmax` set these from their own arguments (the same defaults,
+    except learning_rate 0.1 for RAP-softmax).
+    """
 
     n_rows: int = static_field(default=1000)
     softmax: bool = static_field(default=False)
@@ -241,7 +252,26 @@ class RAP(_Fitted):
 @pytree_dataclass
 class GEM(_Fitted):
     """GEM's generator and update (module docstring); defaults: the official ADULT example's
-    settings except learning_rate 3e-4 and rerank_every 4 (see `jaxdp.gem`)."""
+    settings except learning_rate 3e-4 and rerank_every 4 (see `jaxdp.gem`).
+
+    Args:
+        batch: B, the fixed latent batch: the rows of the synthetic mixture (default 1000).
+        hidden: the generator MLP's hidden widths (default (256, 256)); each hidden layer is
+            Dense, batch normalisation and ReLU, with its input carried along beside its output.
+        latent_dim: the dimension of z (default 128).
+        learning_rate: Adam's starting step (default 3e-4); final_learning_rate: the round's
+            starting step anneals by a cosine over the rounds down to it (default 1e-5; None
+            keeps it), and within a round to 0 over `max_steps`.
+        max_steps: T_max, Adam steps a round at most (default 100).
+        gamma_fraction: a round stops early once every measured error is below this fraction of
+            the EMA of the measured max errors (default 0.5; 0 never stops early).
+        top_errors: each step's L1 loss covers the this many largest measured errors (default
+            100); rerank_every: steps between re-rankings of them (default 4).
+        ema_beta: the output is the EMA (this factor) of the generator's weights over the second
+            half of the rounds (default 0.9; None: the last generator).
+        pretrain_steps: Adam steps on the public answers first (GEM-Pub; default 0).
+        shard_batch: split the latent batch over every device (default False).
+    """
 
     queries: ProductQueries | None = None
     learning_rate: float = static_field(default=3e-4)

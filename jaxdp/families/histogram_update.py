@@ -159,7 +159,14 @@ class _Histogram(Family):
 class PEP(_Histogram):
     """PEP's update: the maximum-entropy distribution consistent with every measurement, by
     iterative projection onto the worst-fitted measured cell (Algorithm 4) for `max_steps` steps
-    (T_max) or until every measured error is at most `tolerance` (gamma). Output: last iterate."""
+    (T_max) or until every measured error is at most `tolerance` (gamma). Output: last iterate.
+
+    Args:
+        max_steps: T_max, projections each round (default 25).
+        tolerance: gamma, stop a round's projections once every measured error is at most this
+            (default 0: always `max_steps`).
+        output: "last" iterate (default) or the "average" of the rounds' distributions.
+    """
 
     max_steps: int = static_field(default=25)
     tolerance: float = static_field(default=0.0)
@@ -175,7 +182,14 @@ class PEP(_Histogram):
 class MW(_Histogram):
     """MWEM's update: weights *= exp(step_size (measured - current)) on each new measurement's
     cells, then `replay_passes` sweeps over every measurement so far ("MWEM with past queries").
-    `output`: "last" iterate or the "average" of the per-round distributions."""
+
+    Args:
+        step_size: the multiplicative weights' step, on errors in fractions (default 0.5, the
+            MWEM paper's 1/2).
+        replay_passes: sweeps over every measurement so far after each round's update
+            (default 1; 0: the newest measurements only).
+        output: "last" iterate (default) or the "average" of the rounds' distributions.
+    """
 
     step_size: float = static_field(default=0.5)
     replay_passes: int = static_field(default=1)

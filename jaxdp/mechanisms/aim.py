@@ -57,8 +57,9 @@ def aim(
         conversion: "exact" or "simple" (see `jaxdp.accounting`).
         max_model_size: junction-tree size cap in megabytes (the paper's MAX-SIZE, 80 MB).
         max_rounds: T, the rounds the initial sigma and epsilon are calibrated for (default
-            16 d, at least the workload's attributes); also the most adaptive rounds the filter
-            will run.
+            16 d, at least the workload's attributes and at least 2); also the most rounds the run
+            takes, round 0 (every 1-way marginal measured) included. The filter usually ends the
+            run sooner, when the budget is spent.
         alpha: share of each round's budget spent on measurement (the rest on selection).
         iters, final_iters, tol: the graphical model's fits (see `jaxdp.families.GraphicalModel`;
             post-processing only: they change no privacy cost).

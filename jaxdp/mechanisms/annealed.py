@@ -466,9 +466,9 @@ def annealed(
     name: str,
 ) -> Annealed:
     """`jaxdp.adaptive` for a filter rule (its arguments, the family's relation and the workload's
-    domain checked there): the rule bound to the
-    workload's downward closure W+ for at most `rounds` adaptive rounds (None: 16 d), the family
-    bound to W+, the true counts of every candidate.
+    domain checked there): the rule bound to the workload's downward closure W+ for at most
+    `rounds` rounds, round 0 included (None: 16 d), the family bound to W+, the true counts of
+    every candidate.
 
     With a `mesh` (one axis "records", `jaxdp.queries.records_mesh()`) the records are split over
     its devices and counted there, one psum adding the per-device counts: the only pass over the
@@ -490,8 +490,8 @@ def annealed(
         )
     n = len(data)
     rule = select.bind(workload, relation=relation, n_records=n, rounds=rounds, noise=noise)
-    capacity = len(rule.one_way()) + rule.max_rounds
-    shape = ClassShape(rule.candidates, rule.max_rounds + 1, None, MARGINALS, capacity)
+    capacity = len(rule.one_way()) + rule.max_rounds - 1  # round 0 measures every 1-way marginal
+    shape = ClassShape(rule.candidates, rule.max_rounds, None, MARGINALS, capacity)
     family = family.bind(
         (shape,),
         domain=data.domain,
@@ -502,4 +502,4 @@ def annealed(
     if mesh is not None:
         local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
         counts = counts.map(jax.device_put, local[0])
-    return Annealed(counts, rule, family, workload, relation, n, plan, rule.max_rounds + 1, noise, name)
+    return Annealed(counts, rule, family, workload, relation, n, plan, rule.max_rounds, noise, name)

@@ -206,7 +206,8 @@ class AIMSelection:
 
     Bound by `jaxdp.adaptive` (`bind`) to the workload, whose downward closure is the candidate
     set, and to the run: `max_rounds` T (default 16 d: the count the initial sigma and epsilon
-    are calibrated for, and the most adaptive rounds the filter runs).
+    are calibrated for, and the most rounds the run takes, round 0's 1-way measurements included;
+    the filter's budget usually ends it sooner).
 
     Privacy:
         Relation: add/remove (counts: a marginal's L2 and L1 sensitivity are 1) or replace-one
@@ -240,23 +241,27 @@ class AIMSelection:
         rounds: int | None,
         noise: str,
     ) -> AIMSelection:
-        """This rule over `workload`'s downward closure for a run of at most `rounds` adaptive
-        rounds (None: 16 d).
+        """This rule over `workload`'s downward closure for a run of at most `rounds` rounds,
+        round 0 included (None: 16 d).
 
         Raises:
-            ValueError: alpha outside (0, 1), or rounds below the workload's attribute count.
+            ValueError: alpha outside (0, 1), or rounds below the workload's attribute count (or
+            below 2).
         """
         d = len(workload.sizes)
-        max_rounds = 16 * d if rounds is None else _checks.positive_int(rounds, "max_rounds")
+        max_rounds = 16 * d if rounds is None else _checks.positive_int(rounds, "rounds")
         alpha = _checks.fraction(self.alpha, "alpha")
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
         candidates = downward_closure(workload)
         one_way = sum(len(c) == 1 for c in candidates.cliques)
-        if max_rounds < one_way:
-            # Theorem 1 needs T >= d: the initial 1-way measurements cost alpha rho d1 / T <= rho.
+        # Theorem 1 needs T >= d: round 0's 1-way measurements cost alpha rho d1 / T <= rho. A
+        # second round at least spends what round 0 leaves.
+        least = max(one_way, 2)
+        if max_rounds < least:
             raise ValueError(
-                f"max_rounds must be >= {one_way} (the attributes in the workload), got {max_rounds}"
+                f"rounds (AIM's T; max_rounds of jaxdp.aim and jaxdp.aim_gem) must be at least {least} "
+                f"for a workload over {one_way} attributes, got {max_rounds}"
             )
         l1, l2 = marginal_sensitivity(relation, n_records)
         scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n_records)

@@ -226,6 +226,35 @@ def test_error_bounds_cover_the_true_error_many_seeds():
     assert np.mean(bound >= error) >= 0.95
 
 
+def test_rounds_count_every_round_and_a_short_run_is_refused_by_the_name_passed():
+    """T counts round 0 (the 1-way measurements) with the adaptive rounds: the mechanism runs at
+    most the rounds asked for, through the builder and through `jaxdp.aim` alike."""
+    data = tiny_dataset()
+    wl = all_kway(data.domain.sizes, 2)
+    budget = {"epsilon": 1.0, "delta": 1e-6}
+    built = jaxdp.adaptive(
+        data,
+        wl,
+        select=jaxdp.selection.AIMSelection(),
+        family=jaxdp.families.GraphicalModel(),
+        rounds=8,
+        relation="add-remove",
+        **budget,
+    )
+    assert built.rounds == 8
+    assert jaxdp.aim(data, wl, max_rounds=8, **budget).rounds == 8
+    with pytest.raises(ValueError, match=r"rounds \(AIM's T.*at least 4 .* over 4 attributes, got 3"):
+        jaxdp.adaptive(
+            data,
+            wl,
+            select=jaxdp.selection.AIMSelection(),
+            family=jaxdp.families.GraphicalModel(),
+            rounds=3,
+            relation="add-remove",
+            **budget,
+        )
+
+
 def test_bad_arguments_are_refused():
     data = tiny_dataset()
     wl = all_kway(data.domain.sizes, 2)

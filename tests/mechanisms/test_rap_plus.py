@@ -51,14 +51,14 @@ def one_hot_rows(data: Dataset):
     return jnp.asarray(probs), jnp.asarray(data.numeric)
 
 
-def small_classes(key=0):
+def small_classes(key=0, mixed_rounds=2, linear_rounds=2):
     return rp.default_classes(
         DOMAIN,
         jax.random.key(key),
         mixed_candidates=200,
         linear_candidates=200,
-        mixed_rounds=2,
-        linear_rounds=2,
+        mixed_rounds=mixed_rounds,
+        linear_rounds=linear_rounds,
         per_round=5,
     )
 
