@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 from _common import Recorder, load_average
@@ -70,8 +71,8 @@ RUNS = (
     ("smartnoise+shim", "mst"),
     ("smartnoise", "mst"),
 )
-# run only when named in --only: dpmm's AIM without its default domain compression
-EXTRA_RUNS = (("dpmm+nocompress", "aim"),)
+# run only when named in --only: dpmm's and jaxdp's AIM without their default domain compression
+EXTRA_RUNS = (("dpmm+nocompress", "aim"), ("jaxdp+nocompress", "aim"))
 
 # jaxdp's relation per mechanism (GEM supports replace-one only)
 JAXDP_RELATION = {"aim": "add-remove", "aim-gem": "add-remove", "gem": "replace-one"}
@@ -138,7 +139,9 @@ def done_keys(path: str | None, commit: str | None) -> set[tuple[str, str, int]]
     return keys
 
 
-def run_jaxdp(mechanism: str, seed: int, table: str, domain: str, rows: int, work: str) -> dict:
+def run_jaxdp(
+    mechanism: str, seed: int, table: str, domain: str, rows: int, work: str, extra: tuple[str, ...] = ()
+) -> dict:
     out, report = os.path.join(work, "synth.csv"), os.path.join(work, "report.json")
     cache = tempfile.mkdtemp(prefix="jaxdp-cache-", dir=work)
     cmd = [
@@ -168,6 +171,7 @@ def run_jaxdp(mechanism: str, seed: int, table: str, domain: str, rows: int, wor
         out,
         "--report",
         report,
+        *extra,
     ]
     env = dict(os.environ, JAXDP_CACHE_DIR=cache, PYTHONPATH=ROOT)
     start = time.perf_counter()
@@ -262,12 +266,13 @@ def run_all(args) -> None:
                     continue
                 if (library, mechanism) in EXTRA_RUNS and not only:
                     continue
-                if library != "jaxdp" and not os.path.exists(PEERS_PYTHON):
+                if not library.startswith("jaxdp") and not os.path.exists(PEERS_PYTHON):
                     continue
                 work = tempfile.mkdtemp(prefix=f"{library}-{mechanism}-{seed}-", dir=tmp)
                 load_before = load_average()
-                if library == "jaxdp":
-                    row = run_jaxdp(mechanism, seed, table, domain, rows, work)
+                if library.startswith("jaxdp"):
+                    extra = ("--compress", "off") if library.endswith("+nocompress") else ()
+                    row = run_jaxdp(mechanism, seed, table, domain, rows, work, extra)
                 else:
                     row = run_peer(library, mechanism, seed, table, domain, rows, work)
                 load_after = load_average()
@@ -286,7 +291,7 @@ def run_all(args) -> None:
                     seed=seed,
                     epsilon=EPSILON,
                     delta=DELTA,
-                    relation=JAXDP_RELATION[mechanism] if library == "jaxdp" else "add-remove",
+                    relation=JAXDP_RELATION[mechanism] if library.startswith("jaxdp") else "add-remove",
                     assumes=ASSUMPTIONS[library.split("+")[0]],
                     code_commit=commit,
                     peer_versions=versions,
@@ -296,11 +301,16 @@ def run_all(args) -> None:
                 )
 
 
-def summary(path: str) -> str:
-    """Markdown table of a results file: per (library, mechanism), over the seeds it completed."""
+def summary(path: str, commits: Sequence[str] | None = None) -> str:
+    """Markdown table of a results file: per (library, mechanism), over the seeds it completed
+    (only the records of the given code commits, when given: one run's table)."""
     with open(path) as fh:
         records = [json.loads(line) for line in fh]
-    records = [r for r in records if r.get("kernel") == "peers_e2e_adult6"]
+    records = [
+        r
+        for r in records
+        if r.get("kernel") == "peers_e2e_adult6" and (not commits or r.get("code_commit") in commits)
+    ]
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["library"], r["mechanism"], r.get("relation", "add-remove"))].append(r)
@@ -344,9 +354,10 @@ def main() -> None:
     parser.add_argument(
         "--table", metavar="JSONL", help="print the markdown summary of a results file and exit"
     )
+    parser.add_argument("--commits", nargs="+", help="with --table: only these code commits' records")
     args, rest = parser.parse_known_args()
     if args.table:
-        print(summary(args.table))
+        print(summary(args.table, args.commits))
         return
     if args.mode == "mbi-post":
         import peers_mbi_post
@@ -357,7 +368,7 @@ def main() -> None:
         return
     run_all(args)
     if args.out:
-        print(summary(args.out))
+        print(summary(args.out, [code_commit()]))
 
 
 if __name__ == "__main__":

@@ -79,8 +79,11 @@ class MechanismSpec:
             that measure each marginal at most once), divided by the marginals measured a round.
         per_round: the marginals the factory measures each round by default
             (`marginals_per_round`), for that cap.
-        relaxed: the mechanism fits a distribution whose own answers (`relaxed_answers(state)`)
-            differ from its sampled records'.
+        relaxed: the mechanism fits a distribution (histogram, relaxed rows, generator,
+            graphical model, multiset of best responses) whose own answers to the workload
+            (`relaxed_answers(state)`) are reported beside its records' (`release_errors`,
+            "relaxed"); False where they are not answers to the workload (Independent's model
+            covers the 1-way marginals, Gaussian releases answers).
         error_bounds: (mechanism, state, synthetic Dataset, confidence, domain) -> a JSON-able
             dict of per-marginal error bounds, for mechanisms with uncertainty quantification;
             None otherwise.
@@ -93,6 +96,8 @@ class MechanismSpec:
             takes `relation=`, the others take none (replace-one: n public).
         real_numeric: takes numeric columns as real values (rap++); the others see each numeric
             column of a table schema as its bins (`jaxdp.binning`).
+        compresses: takes `compress=` (`jaxdp.families.Compression` or None) and reports what
+            it merged (the report's `compression`).
     """
 
     factory: Callable[..., Any]
@@ -100,13 +105,14 @@ class MechanismSpec:
     one_round: bool = False
     public: bool = False
     cap_rounds: bool = False
-    relaxed: bool = False
+    relaxed: bool = True
     error_bounds: Callable[..., dict[str, Any]] | None = None
     own_workload: bool = False
     mesh: bool = False
     relations: tuple[Neighboring, ...] = (Neighboring.REPLACE_ONE,)
     real_numeric: bool = False
     per_round: int = 1
+    compresses: bool = False
 
 
 def _independent(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget):
@@ -187,23 +193,23 @@ def measured_workload(mechanism, workload: MarginalWorkload | None) -> MarginalW
 _BOTH = (Neighboring.REPLACE_ONE, Neighboring.ADD_REMOVE)
 _AIM_RELATIONS = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)  # add-remove, as in the paper
 MECHANISMS: dict[str, MechanismSpec] = {
-    "independent": MechanismSpec(_independent, one_round=True, relations=_BOTH, mesh=True),
-    "gaussian": MechanismSpec(gaussian, one_round=True, relations=_BOTH, mesh=True),
+    "independent": MechanismSpec(_independent, one_round=True, relations=_BOTH, mesh=True, relaxed=False),
+    "gaussian": MechanismSpec(gaussian, one_round=True, relations=_BOTH, mesh=True, relaxed=False),
     "mwem": MechanismSpec(mwem, rounds=25, cap_rounds=True, mesh=True),
     "pep": MechanismSpec(pep, rounds=25, cap_rounds=True, mesh=True),
     "pmw-pub": MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
     "pep-pub": MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True, mesh=True),
-    "rap": MechanismSpec(rap, rounds=10, cap_rounds=True, per_round=5, relaxed=True, mesh=True),
-    "rap-softmax": MechanismSpec(
-        rap_softmax, rounds=10, cap_rounds=True, per_round=5, relaxed=True, mesh=True
-    ),
-    "gem": MechanismSpec(gem, rounds=50, cap_rounds=True, relaxed=True, mesh=True),
-    "gem-pub": MechanismSpec(gem_pub, rounds=50, cap_rounds=True, relaxed=True, public=True, mesh=True),
+    "rap": MechanismSpec(rap, rounds=10, cap_rounds=True, per_round=5, mesh=True),
+    "rap-softmax": MechanismSpec(rap_softmax, rounds=10, cap_rounds=True, per_round=5, mesh=True),
+    "gem": MechanismSpec(gem, rounds=50, cap_rounds=True, mesh=True),
+    "gem-pub": MechanismSpec(gem_pub, rounds=50, cap_rounds=True, public=True, mesh=True),
     "dualquery": MechanismSpec(dualquery, rounds=100),
     "fem": MechanismSpec(fem, rounds=200),
-    "aim": MechanismSpec(_aim, error_bounds=_aim_error_bounds, relations=_AIM_RELATIONS, mesh=True),
+    "aim": MechanismSpec(
+        _aim, error_bounds=_aim_error_bounds, relations=_AIM_RELATIONS, mesh=True, compresses=True
+    ),
     "rap++": MechanismSpec(_rap_plus_plus, own_workload=True, real_numeric=True),
-    "aim-gem": MechanismSpec(_aim_gem, relaxed=True, relations=_AIM_RELATIONS, mesh=True),
+    "aim-gem": MechanismSpec(_aim_gem, relations=_AIM_RELATIONS, mesh=True, compresses=True),
 }
 # Works on any categorical domain with no dense histogram and no extra dependency, in about a
 # minute on ADULT; AIM is more accurate on small domains but needs the `pgm` extra and is slower.
@@ -615,6 +621,8 @@ def execute(
         "preprocessing": None,
         "jaxdp_version": __version__,
     }
+    if spec.compresses:
+        report["compression"] = mechanism.compression_report(run.state)
     bounds = None
     if spec.error_bounds is not None:
         bounds = spec.error_bounds(mechanism, run.state, synthetic, confidence, domain)
@@ -664,7 +672,7 @@ _release_jit = jax.jit(_release, static_argnums=3)
 
 def release_errors(real: Dataset, result: Result, workload: MarginalWorkload) -> dict[str, Any]:
     """max_abs, mean_l1, rmse of a release against the real table (plus "relaxed": the fitted
-    distribution's own errors, for relaxed mechanisms).
+    distribution's own errors, for every mechanism whose spec is `relaxed`).
 
     Uses the real data: NOT differentially private, for the data holder only.
     """

@@ -29,6 +29,7 @@ from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.binning import DEFAULT_BINNING_SHARE
 from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_columns, write_rows
 from jaxdp.evaluate import best_mixture_error, workload_errors
+from jaxdp.families.compression import Compression
 from jaxdp.keys import secure_root_key
 from jaxdp.noise import NOISES
 from jaxdp.queries import MarginalWorkload
@@ -107,6 +108,12 @@ def _build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.95,
         help="confidence of AIM's per-marginal error bounds in the report (default 0.95)",
+    )
+    synth.add_argument(
+        "--compress",
+        help="aim and aim-gem: compress the domain after the noisy 1-way round, merging the values "
+        "counted below THRESHOLD sigmas (default 3 for aim, off for aim-gem), or 'off'; "
+        "post-processing, no privacy cost (the report's compression lists what was merged)",
     )
     _add_cache_arg(synth)
     synth.add_argument(
@@ -198,6 +205,20 @@ def _check_writable(*paths: str | None) -> None:
             raise CLIError(f"cannot write {p!r}: its directory does not exist")
 
 
+def _compression(value: str | None, mechanism: str, compresses: bool) -> dict[str, Compression | None]:
+    """The factory's `compress` keyword from --compress ({} when not given: its default)."""
+    if value is None:
+        return {}
+    if not compresses:
+        raise CLIError(f"--compress applies to aim and aim-gem, not {mechanism!r}")
+    if value == "off":
+        return {"compress": None}
+    try:
+        return {"compress": Compression(threshold=float(value)).checked()}
+    except ValueError:
+        raise CLIError(f"--compress must be 'off' or a threshold in sigmas > 0, got {value!r}") from None
+
+
 def _synth(args: argparse.Namespace) -> None:
     if args.mechanism not in MECHANISMS:
         raise CLIError(f"unknown mechanism {args.mechanism!r}; choose one of: {', '.join(MECHANISMS)}")
@@ -210,6 +231,7 @@ def _synth(args: argparse.Namespace) -> None:
         raise CLIError(f"--confidence must be in (0, 1), got {args.confidence}")
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise CLIError("--seed must be in [0, 2^32): jax.random.key keeps 32 bits of it")
+    compress = _compression(args.compress, args.mechanism, spec.compresses)
     _check_writable(args.out, args.report, args.errors)
     started = time.perf_counter()
     if (args.public is not None) != spec.public:
@@ -248,6 +270,7 @@ def _synth(args: argparse.Namespace) -> None:
         rounds=args.rounds,
         public=inputs.public,
         noise=args.noise,
+        **compress,
     )
     if args.seed is not None:  # once budget and workload are checked: a refused run prints one line
         print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)

@@ -13,10 +13,14 @@ The families `jaxdp.adaptive` composes (a family of your own subclasses `Family`
   answers (Independent, Gaussian);
 - `GraphicalModel`: Private-PGM's estimator (AIM), fitted on the host;
 - `GeneratorModel`: GEM's generator fitted to counts by inverse-variance least squares (AIM-GEM).
+
+`Compression` is no family but a setting of the builder's (`jaxdp.adaptive(..., compress=...)`,
+with AIM's rule): the domain compressed after the noisy 1-way round, which every family then fits.
 """
 
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.families.baselines import NoisyAnswers, Product
+from jaxdp.families.compression import CompressedDomain, Compression
 from jaxdp.families.fitted import GEM, RAP
 from jaxdp.families.games import BestResponses, PerturbedLeader
 from jaxdp.families.generator_model import GeneratorModel
@@ -31,6 +35,8 @@ __all__ = [
     "RAP",
     "BestResponses",
     "ClassShape",
+    "CompressedDomain",
+    "Compression",
     "Family",
     "GeneratorModel",
     "GraphicalModel",

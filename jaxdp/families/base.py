@@ -53,7 +53,8 @@ class Measured(NamedTuple):
         marginal shorter than `width` is padded with n_queries, one past the end).
     counts: (k, width) noisy counts, padding included; None when the mechanism measures nothing
         (DualQuery, FEM: the picks themselves are what the family learns from).
-    sigma: () the noise scale of `counts`, in counts (None when nothing was measured).
+    sigma: () the noise scale of `counts`, in counts, or (k, width) one per cell (a compressed
+        domain's merged cell sums several draws); None when nothing was measured.
     query_class: which query class of the mechanism the picks come from (a Python int).
     """
 

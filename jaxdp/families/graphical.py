@@ -33,9 +33,14 @@ class GraphicalState(NamedTuple):
 def host_measurements(measured: Measured, workload: MarginalWorkload) -> tuple[pgm.Measurement, ...]:
     """A round's measured marginals as host `pgm.Measurement`s (noisy counts in float64)."""
     counts = np.asarray(measured.counts, np.float64)
-    sigma = float(measured.sigma)
+    per_cell = np.ndim(measured.sigma) > 0
+    sigma = np.asarray(measured.sigma, np.float64) if per_cell else float(measured.sigma)
     return tuple(
-        pgm.Measurement(workload.cliques[i], counts[j, : workload.cells[i]], sigma)
+        pgm.Measurement(
+            workload.cliques[i],
+            counts[j, : workload.cells[i]],
+            sigma[j, : workload.cells[i]] if per_cell else sigma,
+        )
         for j, i in enumerate(np.asarray(measured.marginal).tolist())
     )
 

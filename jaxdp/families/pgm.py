@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.families import _junction
+from jaxdp.families._sampling import padded_length, systematic
 from jaxdp.types import Array, Key
 
 Clique = tuple[int, ...]
@@ -57,17 +58,24 @@ def require_mbi() -> Any:
 
 class Measurement(NamedTuple):
     """A released noisy marginal: `noisy` (prod of clique sizes,) counts, row-major over the
-    ascending `clique`, with Gaussian noise of standard deviation `sigma` (counts)."""
+    ascending `clique`, with Gaussian noise of standard deviation `sigma` (counts): one scale for
+    every cell, or one per cell (a compressed domain's merged cell sums several draws)."""
 
     clique: Clique
     noisy: np.ndarray
-    sigma: float
+    sigma: float | np.ndarray
 
+    def variances(self) -> np.ndarray:
+        """(cells,) float64 each cell's noise variance."""
+        return np.broadcast_to(np.asarray(self.sigma, np.float64) ** 2, np.shape(self.noisy))
 
-def padded_length(n: int) -> int:
-    """The power of two >= n that pads an n-long array, so that shapes (and compiles) come in
-    buckets."""
-    return 1 << max(0, (int(n) - 1).bit_length())
+    def pooled_scale(self) -> float:
+        """The one noise scale whose variance, summed over the cells, is theirs (the scale of
+        the measurement's total)."""
+        return float(self.sigma) if np.ndim(self.sigma) == 0 else float(np.sqrt(self.variances().mean()))
+
+    def smallest_scale(self) -> float:
+        return float(self.sigma) if np.ndim(self.sigma) == 0 else float(np.min(self.sigma))
 
 
 def mbi_domain(sizes: Sequence[int]):
@@ -188,12 +196,17 @@ def estimate(
     domain = mbi_domain(sizes)
     merged = merge_repeats(measurements)
     cliques = tuple(m.clique for m in merged)
-    linear = [
-        mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), m.clique, float(m.sigma)) for m in merged
-    ]
     if total is None:
-        total = mbi.estimation.minimum_variance_unbiased_total(linear)
-    lipschitz = mbi.marginal_loss.calculate_l2_lipschitz_from_metadata(domain, linear) if merged else 1.0
+        # each measurement's sum estimates the total with the variance of its cells' sum
+        pooled = [m.pooled_scale() for m in merged]
+        total = mbi.estimation.minimum_variance_unbiased_total(_linear(mbi, merged, pooled))
+    # the loss's curvature is set by its most precise cell (a safe bound where cells differ)
+    steepest = [m.smallest_scale() for m in merged]
+    lipschitz = (
+        mbi.marginal_loss.calculate_l2_lipschitz_from_metadata(domain, _linear(mbi, merged, steepest))
+        if merged
+        else 1.0
+    )
     tree, _ = mbi.junction_tree.make_junction_tree(domain, cliques)
     maximal = _junction.maximal(cliques)
     program, fill = _junction.build_program(tree, sizes, maximal, cliques)
@@ -205,7 +218,7 @@ def estimate(
     start = np.cumsum([0] + [m.noisy.size for m in merged])
     for i, m in enumerate(merged):
         noisy[start[i] : start[i + 1]] = m.noisy
-        precision[start[i] : start[i + 1]] = 1.0 / m.sigma**2
+        precision[start[i] : start[i + 1]] = 1.0 / m.variances()
     theta, _, _ = _junction.fit(
         program,
         fill,
@@ -223,6 +236,14 @@ def estimate(
         for i, c in enumerate(maximal)
     )
     return Model(sizes, tuple(maximal), potentials, float(total))
+
+
+def _linear(mbi, measurements: Sequence[Measurement], scales: Sequence[float]) -> list:
+    """The measurements as mbi's identity `LinearMeasurement`s with these noise scales."""
+    return [
+        mbi.LinearMeasurement(np.asarray(m.noisy, np.float32), m.clique, scale)
+        for m, scale in zip(measurements, scales, strict=True)
+    ]
 
 
 def prefetch() -> None:
@@ -251,16 +272,20 @@ def merge_repeats(measurements: Sequence[Measurement]) -> list[Measurement]:
     that constant. The sort makes the clique list (which fixes mbi's compiled program) depend
     only on the set of cliques measured.
     """
-    precision: dict[Clique, float] = {}
+    precision: dict[Clique, np.ndarray] = {}
     weighted: dict[Clique, np.ndarray] = {}
     for m in measurements:
-        clique, weight = tuple(m.clique), 1.0 / float(m.sigma) ** 2
+        clique, weight = tuple(m.clique), 1.0 / m.variances()
         term = weight * np.asarray(m.noisy, np.float64)
         weighted[clique] = weighted[clique] + term if clique in weighted else term
-        precision[clique] = precision.get(clique, 0.0) + weight
-    return [
-        Measurement(c, weighted[c] / precision[c], math.sqrt(1.0 / precision[c])) for c in sorted(precision)
-    ]
+        precision[clique] = precision[clique] + weight if clique in precision else weight
+    return [Measurement(c, weighted[c] / precision[c], _scales(precision[c])) for c in sorted(precision)]
+
+
+def _scales(precision: np.ndarray) -> float | np.ndarray:
+    """The noise scale of each cell of a given precision: one float when all cells share it."""
+    sigma = np.sqrt(1.0 / precision)
+    return float(sigma[0]) if sigma.size and np.all(sigma == sigma[0]) else sigma
 
 
 # Models over a domain of at most this many cells keep their whole joint distribution (float64):
@@ -503,15 +528,13 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
     """(rows, d) int32 records drawn from the model by ancestral, stratified sampling.
 
     Each attribute is drawn from its conditional given its parents (earlier attributes of its
-    junction-tree clique). Within each group of records sharing the parents' values, the records
-    are put in random order and record i of m takes the inverse CDF at (i + U) / m, with one
-    uniform offset U per group (systematic sampling): every record is still marginally a draw
-    from the conditional (its rank is uniform, so its point is uniform on [0, 1)), but the
-    group's counts are its expected counts rounded up or down (a cell whose CDF interval has
-    length m p holds floor(m p) or ceil(m p) of the m equally spaced points), the low-variance
-    "randomised rounding" of Private-PGM, here driven by `fold_in(key, attribute)`. Independent
-    offsets per record would leave up to two records per cell off, and that rounding error
-    shows in the workload error of large marginals.
+    junction-tree clique) by `systematic`: within each group of records sharing the parents'
+    values, the group's counts are its expected counts rounded up or down (Private-PGM's
+    low-variance rounding), and the categories are spread evenly over the records sorted by the
+    attributes drawn before (the strata), so the records' counts on marginals outside the tree's
+    cliques track the model's conditional independences too. Drawn independently, records would
+    leave up to two records per cell off and their non-clique marginals noisy, and that shows in
+    the workload error (bench/README.md, "AIM's records against its model").
 
     Tables are padded to powers of two above their parent groups (plus a spare group) and
     categories, and the rows to a power of two, so the sampler compiles once per bucket, not per
@@ -525,7 +548,8 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
         padded_length(max(joint.shape[1] for _, _, joint in plan)),
     )
     columns: dict[int, np.ndarray] = {}
-    for a, parents, joint in plan:
+    strata = np.zeros((len(sizes), padded_rows), np.int32)  # the columns drawn so far, in order
+    for done, (a, parents, joint) in enumerate(plan):
         n_groups, size = joint.shape
         index = np.zeros(rows, np.int64)
         for p in parents:
@@ -539,37 +563,17 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
         table[:n_groups, :size] = joint
         group = np.full(padded_rows, shape[0] - 1, np.int32)
         group[:rows] = index
-        drawn = _stratified(
-            jax.random.fold_in(key, a), jnp.asarray(table), jnp.asarray(group), jnp.int32(size)
+        drawn = systematic(
+            jax.random.fold_in(key, a),
+            jnp.asarray(table),
+            jnp.asarray(group),
+            jnp.int32(size),
+            jnp.asarray(strata),
         )
         columns[a] = np.asarray(drawn)[:rows]
+        strata[done, :rows] = columns[a]
     return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
 
 
 # 16 MB of float32: above it, padding every table to the largest would cost more than compiling
 _SHARED_TABLE_CELLS = 2**22
-
-
-@jax.jit
-def _stratified(key: Key, table: Array, group: Array, size: Array) -> Array:
-    """One column: record i of its group (size m, random order) takes the inverse CDF of its
-    group's row of `table` (unnormalised probabilities over the first `size` categories; empty
-    rows are uniform over them) at (rank_i + U_g) / m, one offset U_g per group."""
-    rows = group.shape[0]
-    n_groups, width = table.shape
-    real = jnp.arange(width) < size
-    totals = table.sum(axis=1, keepdims=True)
-    uniform = jnp.where(real, 1.0 / size, 0.0)
-    probs = jnp.where(totals > 0, table / jnp.where(totals > 0, totals, 1.0), uniform)
-    cdf = jnp.cumsum(probs, axis=1)
-    order_key, offset_key = jax.random.split(key)
-    order = jnp.lexsort((jax.random.uniform(order_key, (rows,)), group))
-    sorted_group = group[order]
-    counts = jnp.bincount(group, length=n_groups)
-    starts = jnp.cumsum(counts) - counts
-    rank = jnp.arange(rows) - starts[sorted_group]
-    offsets = jax.random.uniform(offset_key, (n_groups,))
-    u = (rank + offsets[sorted_group]) / counts[sorted_group]
-    # rounding can leave the last real category's cdf below u: clamp, never a padded category
-    choice = jnp.minimum(jnp.sum(cdf[sorted_group] <= u[:, None], axis=1), size - 1)
-    return jnp.zeros(rows, jnp.int32).at[order].set(choice.astype(jnp.int32))

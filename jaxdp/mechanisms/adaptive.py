@@ -41,6 +41,7 @@ from jaxdp import noise as noise_module
 from jaxdp.accounting import Plan
 from jaxdp.domain import DataError, Dataset
 from jaxdp.families.base import ClassShape, Family, Measured
+from jaxdp.families.compression import Compression
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import GaussianCounts
 from jaxdp.mechanisms._common import (
@@ -263,6 +264,7 @@ def adaptive(
     mesh: Mesh | None = None,
     name: str = "adaptive",
     label: str | None = None,
+    compress: Compression | None = None,
 ) -> Adaptive | Annealed:
     """Compose a selection rule, a measurement and a family into a mechanism; its plan is fixed
     here, before anything runs (or, for a filter rule, its budget and the filter that keeps it).
@@ -295,6 +297,9 @@ def adaptive(
         mesh: count the records split over this mesh's devices (`jaxdp.queries.records_mesh()`).
         name: how errors and reports name it.
         label: names the charges of a single class ("select {label}", "measure {label}").
+        compress: with `AIMSelection`, compress the domain after its noisy 1-way round
+            (`jaxdp.families.Compression()`: MST's merge of the values counted below 3 sigma;
+            post-processing, no privacy cost); None keeps the declared domain.
 
     Raises:
         TypeError: a part of the wrong kind; ValueError: bad settings, parts that do not fit
@@ -339,6 +344,12 @@ def adaptive(
             public=public,
             mesh=mesh,
             name=name,
+            compress=compress,
+        )
+    if compress is not None:
+        raise ValueError(
+            "compress works with AIMSelection, whose first round measures every 1-way marginal; "
+            f"{type(select).__name__} does not"
         )
     classes = _query_classes(workload, select, rounds, classes, label)
     if not family.numeric:

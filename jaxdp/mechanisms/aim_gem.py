@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from jax.sharding import Mesh
 
 from jaxdp.domain import Dataset
+from jaxdp.families.compression import Compression
 from jaxdp.families.generator_model import GeneratorModel
 from jaxdp.mechanisms.adaptive import adaptive
 from jaxdp.mechanisms.annealed import Annealed
@@ -43,6 +44,7 @@ def aim_gem(
     final_iters: int = 500,
     noise: str = "discrete",
     mesh: Mesh | None = None,
+    compress: Compression | None = None,
 ) -> Annealed:
     """Build AIM-GEM: AIM's selection and filter, GEM's generator as the model.
 
@@ -63,6 +65,7 @@ def aim_gem(
             exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
             float noise does not meet the stated delta; see `jaxdp.noise`).
         mesh: split the records over this mesh's devices to count them (see `jaxdp.aim`).
+        compress: compress the domain after the noisy 1-way round (see `jaxdp.aim`).
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over
@@ -93,5 +96,6 @@ def aim_gem(
         conversion=conversion,
         noise=noise,
         mesh=mesh,
+        compress=compress,
         name="aim-gem",
     )

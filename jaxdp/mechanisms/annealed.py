@@ -36,9 +36,10 @@ from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp.accounting import Plan
-from jaxdp.domain import Dataset
+from jaxdp.domain import Dataset, Domain
 from jaxdp.families import pgm
 from jaxdp.families.base import ClassShape, Family, Measured
+from jaxdp.families.compression import CompressedDomain, Compression
 from jaxdp.families.graphical import host_measurements
 from jaxdp.families.histogram import MarginalPadding
 from jaxdp.keys import Stream, require_key, stream_key
@@ -56,7 +57,8 @@ class AnnealedState(NamedTuple):
     charges invoked, done); measurements: the released noisy marginals (`pgm.Measurement`, in
     order); rounds_done; records: one RoundRecord per selection round; last_round:
     (len(workload),) the last selection round in which each workload marginal was a candidate
-    (-1: never); last_model_counts: (workload.n_queries,) M_r(p_hat_{t-1}) of that round."""
+    (-1: never); last_model_counts: M_r(p_hat_{t-1}) of that round, over the run's domain;
+    compressed: the domain compression decided after round 0 (None: the declared domain)."""
 
     model: Any
     schedule: Schedule
@@ -65,6 +67,18 @@ class AnnealedState(NamedTuple):
     records: tuple[RoundRecord, ...]
     last_round: np.ndarray
     last_model_counts: np.ndarray
+    compressed: CompressedDomain | None = None
+
+
+class Parts(NamedTuple):
+    """What a run works with over its domain (the declared one, or the compressed one after
+    round 0): the bound rule (its candidates W+), the bound family, the candidates' true counts
+    (private), and the workload W over that domain."""
+
+    selection: AIMSelection
+    family: Family
+    counts: Sensitive
+    workload: MarginalWorkload
 
 
 class AnnealedInfo(NamedTuple):
@@ -122,12 +136,56 @@ class Annealed:
     rounds: int = static_field()
     noise: str = static_field()
     name: str = static_field(default="aim")
+    domain: Domain | None = static_field(default=None)
+    compression: Compression | None = static_field(default=None)
 
     jittable = False
 
     @property
     def candidates(self) -> MarginalWorkload:
         return self.selection.candidates
+
+    # -- the run's domain ---------------------------------------------------------------------
+
+    @functools.cached_property
+    def _declared(self) -> Parts:
+        return Parts(self.selection, self.family, self.counts, self.workload)
+
+    @functools.cached_property
+    def _compressed_parts(self) -> dict[bytes, Parts]:
+        return {}
+
+    def parts(self, state: AnnealedState) -> Parts:
+        """The rule, family, true counts and workload over the run's domain in `state`."""
+        compressed = state.compressed
+        if compressed is None:
+            return self._declared
+        key = b"".join(np.packbits(k).tobytes() + b"|" for k in compressed.kept)
+        if key not in self._compressed_parts:
+            self._compressed_parts[key] = self._rebind(compressed)
+        return self._compressed_parts[key]
+
+    def _rebind(self, compressed: CompressedDomain) -> Parts:
+        """Rule and family bound over the compressed domain, and the candidates' counts summed
+        into its cells (the same records, a coarser histogram: post-processing of nothing)."""
+        workload = compressed.workload(self.workload)
+        selection = self.selection.bind(
+            workload,
+            relation=self.relation,
+            n_records=self.n_records,
+            rounds=self.selection.max_rounds,
+            noise=self.noise,
+        )
+        family = self.family.bind(
+            (_class_shape(selection),),
+            domain=Domain.from_sizes(dict(zip(self.domain.names, compressed.sizes, strict=True))),
+            public=None,
+            n_records=self.n_records if self.relation is Neighboring.REPLACE_ONE else None,
+        )
+        cells = jnp.asarray(compressed.cell_map(self.candidates))
+        n_queries = selection.candidates.n_queries
+        counts = self.counts.map(lambda c: jax.ops.segment_sum(c, cells, n_queries).astype(c.dtype))
+        return Parts(selection, family, counts, workload)
 
     # -- init / step / release ----------------------------------------------------------------
 
@@ -159,65 +217,89 @@ class Annealed:
         """The plan the filter followed: one charge per primitive invoked, within the budget."""
         return self.selection.realised_plan(state.schedule, self.plan)
 
-    @functools.cached_property
-    def _gather(self) -> np.ndarray:
-        """(n_candidates, width) each candidate's cells in the flat answers, padded with n_queries
-        (`MarginalPadding`, as the fixed-budget measurement lays them out)."""
-        return np.asarray(MarginalPadding.of(self.candidates).gather)
-
-    def _measured(self, chosen: list[int], index: np.ndarray, noisy: np.ndarray, sigma: float) -> Measured:
-        """The picks' measurements (`noisy` at the flat positions `index`) in the padded form every
-        family reads: (k, width) noisy counts (float64, the host's) and their positions."""
-        flat = np.zeros(self.candidates.n_queries + 1, np.float64)  # the last entry: the padding
+    def _measured(
+        self, parts: Parts, chosen: list[int], index: np.ndarray, noisy: np.ndarray, sigma
+    ) -> Measured:
+        """The picks' measurements (`noisy` at the flat positions `index` of the candidates'
+        answers) in the padded form every family reads: (k, width) noisy counts (float64, the
+        host's) and their positions. `sigma`: one scale, or one per entry of `noisy`."""
+        candidates = parts.selection.candidates
+        gather = _gather(candidates)[np.asarray(chosen, np.int32)]
+        flat = np.zeros(candidates.n_queries + 1, np.float64)  # the last entry: the padding
         flat[index] = noisy
+        if np.ndim(sigma):
+            scales = np.ones(candidates.n_queries + 1, np.float64)
+            scales[index] = sigma
+            sigma = scales[gather]
         picks = np.asarray(chosen, np.int32)
-        gather = self._gather[picks]
         return Measured(picks, picks, np.full(len(chosen), -1, np.int32), gather, flat[gather], sigma)
 
-    def _fit(self, model, measured: Measured, current, t: int, key: Key, last: bool):
+    def _fit(self, parts: Parts, model, measured: Measured, current, t: int, key: Key, last: bool):
         """The family's record and update of one round (compiled for a traced family)."""
         update_key = stream_key(key, Stream.UPDATE)
-        if not self.family.jittable:
-            model = self.family.record(model, measured, current, t)
-            return self.family.update(model, t, update_key, last)[0]
-        current = np.zeros(self.candidates.n_queries) if current is None else current
+        family = parts.family
+        if not family.jittable:
+            model = family.record(model, measured, current, t)
+            return family.update(model, t, update_key, last)[0]
+        current = np.zeros(parts.selection.candidates.n_queries) if current is None else current
         t = jnp.asarray(t, jnp.int32)
-        model = _record(self.family, model, measured, jnp.asarray(current, jnp.float32), t)
-        return _update(self.family, model, t, update_key, last)[0]
+        model = _record(family, model, measured, jnp.asarray(current, jnp.float32), t)
+        return _update(family, model, t, update_key, last)[0]
 
-    def _answers(self, model, eligible: np.ndarray) -> np.ndarray:
+    def _answers(self, parts: Parts, model, eligible: np.ndarray) -> np.ndarray:
         """(candidates.n_queries,) float64 the family's answers of the eligible candidates in
         counts (fractions times the public n under replace-one), 0 elsewhere."""
-        if self.family.jittable:
-            answers = np.asarray(_answers(self.family, model), np.float64)
+        if parts.family.jittable:
+            answers = np.asarray(_answers(parts.family, model), np.float64)
         else:
-            answers = np.asarray(self.family.candidate_answers(model, eligible), np.float64)
+            answers = np.asarray(parts.family.candidate_answers(model, eligible), np.float64)
         if self.relation is Neighboring.REPLACE_ONE:
             answers = answers * self.n_records
-        return np.where(np.repeat(np.asarray(eligible, bool), self.candidates.cells), answers, 0.0)
+        cells = parts.selection.candidates.cells
+        return np.where(np.repeat(np.asarray(eligible, bool), cells), answers, 0.0)
 
     def _initialise(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, AnnealedInfo]:
+        """Round 0: every 1-way candidate measured in one draw; then, with `compression`, the
+        domain compressed by their noisy counts (post-processing) and the run's parts rebound."""
         rule = self.selection
         ones = rule.one_way()
         sensitivity, sigma = rule.one_way_measurement(state.schedule.sigma)
         index = np.concatenate([np.arange(rule.span(i).start, rule.span(i).stop) for i in ones])
-        noisy, charge = self._measure(key, index, sigma=sigma, sensitivity=sensitivity)
-        measured = self._measured(ones, index, noisy, sigma)
+        noisy, charge = self._measure(self._declared, key, index, sigma=sigma, sensitivity=sensitivity)
+        compressed, model, scales = None, state.model, sigma
+        if self.compression is not None:
+            bounds = np.cumsum([0] + [rule.candidates.cells[i] for i in ones])
+            per_attribute = [noisy[bounds[j] : bounds[j + 1]] for j in range(len(ones))]
+            compressed = self.compression.of(per_attribute, sigma)
+            if compressed.changed:
+                parts = self.parts(state._replace(compressed=compressed))
+                merged = [compressed.one_way(j, counts, sigma) for j, counts in enumerate(per_attribute)]
+                noisy = np.concatenate([counts for counts, _ in merged])
+                scales = np.concatenate([cell_scales for _, cell_scales in merged])
+                spans = [parts.selection.span(i) for i in ones]
+                index = np.concatenate([np.arange(span.start, span.stop) for span in spans])
+                model = parts.family.init(stream_key(key, Stream.INIT))  # over the compressed domain
+            else:
+                compressed = None
+        parts = self.parts(state._replace(compressed=compressed))
+        measured = self._measured(parts, ones, index, noisy, scales)
         schedule = rule.after_one_way(state.schedule, sensitivity, sigma)
         new = state._replace(
-            model=self._fit(state.model, measured, None, 0, key, False),
+            model=self._fit(parts, model, measured, None, 0, key, False),
             schedule=rule.anneal_or_finish(
                 schedule, changed=True, rho_budget=self.plan.rho_budget, rounds_done=1, rounds=self.rounds
             ),
-            measurements=host_measurements(measured, self.candidates),
+            measurements=host_measurements(measured, parts.selection.candidates),
             rounds_done=1,
+            last_model_counts=np.zeros(parts.workload.n_queries, np.float32),
+            compressed=compressed,
         )
         return new, AnnealedInfo(charges=(rule.idle()[0], charge))
 
-    def _measure(self, key: Key, index: np.ndarray, *, sigma: float, sensitivity: float):
+    def _measure(self, parts: Parts, key: Key, index: np.ndarray, *, sigma: float, sensitivity: float):
         return measure_on_host(
             stream_key(key, Stream.MEASURE),
-            self.counts,
+            parts.counts,
             index,
             sigma=sigma,
             sensitivity=sensitivity,
@@ -226,36 +308,39 @@ class Annealed:
         )
 
     def _adaptive_round(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, AnnealedInfo]:
-        rule, t = self.selection, state.rounds_done
+        parts = self.parts(state)
+        rule, workload, t = parts.selection, parts.workload, state.rounds_done
         sigma, epsilon, rho_select, rho_measure, final = rule.round_parameters(
             state.schedule, self.plan.rho_budget
         )
         rho_used = state.schedule.rho_spent + rho_select + rho_measure
 
         started = time.perf_counter()
-        mask = self._eligible(state.model, rho_used / self.plan.rho_budget)
+        mask = self._eligible(parts, state.model, rho_used / self.plan.rho_budget)
         filter_s = time.perf_counter() - started
         started = time.perf_counter()
-        answered = self._answers(state.model, mask)
+        answered = self._answers(parts, state.model, mask)
         model_counts = answered.astype(np.float32)
         choice, select_charge, delta_t, scale = rule(
-            stream_key(key, Stream.SELECT), self.counts, model_counts, mask, sigma, rho_select
+            stream_key(key, Stream.SELECT), parts.counts, model_counts, mask, sigma, rho_select
         )
         score_s = time.perf_counter() - started
 
         sigma_used = rule.measure_sigma(rho_measure)
         span = rule.span(choice)
         index = np.arange(span.start, span.stop)
-        noisy, measure_charge = self._measure(key, index, sigma=sigma_used, sensitivity=rule.l2_sensitivity)
+        noisy, measure_charge = self._measure(
+            parts, key, index, sigma=sigma_used, sensitivity=rule.l2_sensitivity
+        )
         before = model_counts[span].astype(np.float64)
-        measured = self._measured([choice], index, noisy, sigma_used)
-        measurements = (*state.measurements, *host_measurements(measured, self.candidates))
+        measured = self._measured(parts, [choice], index, noisy, sigma_used)
+        measurements = (*state.measurements, *host_measurements(measured, rule.candidates))
         started = time.perf_counter()
         last = final or t + 1 >= self.rounds
         current = answered / self.n_records if self.relation is Neighboring.REPLACE_ONE else answered
-        fitted = self._fit(state.model, measured, current, t, key, last)
+        fitted = self._fit(parts, state.model, measured, current, t, key, last)
         fit_s = time.perf_counter() - started
-        after = self._answers(fitted, _one_hot(choice, len(self.candidates)))[span]
+        after = self._answers(parts, fitted, _one_hot(choice, len(rule.candidates)))[span]
         # Timings go to the log (bench/bench_aim.py reads them), never into State or Info,
         # which must be identical across runs with the same key.
         timing = {
@@ -273,15 +358,15 @@ class Annealed:
         )
 
         # remember, for each workload marginal that was a candidate, this round's model answers
-        index = self._candidate_index
+        index = _candidate_index(rule.candidates)
         last_round = state.last_round.copy()
         last_model_counts = state.last_model_counts.copy()
-        for j, wc in enumerate(self.workload.cliques):
+        for j, wc in enumerate(workload.cliques):
             i = index[wc]
             if mask[i]:
                 last_round[j] = len(state.records)
-                w_start = self.workload.offsets[j]
-                last_model_counts[w_start : w_start + self.workload.cells[j]] = model_counts[rule.span(i)]
+                w_start = workload.offsets[j]
+                last_model_counts[w_start : w_start + workload.cells[j]] = model_counts[rule.span(i)]
 
         schedule = rule.after_round(state.schedule, delta_t, scale, sigma_used)
         record = RoundRecord(
@@ -312,43 +397,58 @@ class Annealed:
         )
         return new, AnnealedInfo(charges=(select_charge, measure_charge))
 
-    def _eligible(self, model, budget_used: float) -> np.ndarray:
-        mask = self.family.eligible(model, budget_used)
-        return np.ones(len(self.candidates), bool) if mask is None else np.asarray(mask, bool)
-
-    @functools.cached_property
-    def _candidate_index(self) -> dict[tuple[int, ...], int]:
-        return {c: i for i, c in enumerate(self.candidates.cliques)}
-
-    def _workload_mask(self) -> np.ndarray:
-        mask = np.zeros(len(self.candidates), bool)
-        mask[[self._candidate_index[c] for c in self.workload.cliques]] = True
-        return mask
-
-    def _workload_spans(self, flat: np.ndarray) -> np.ndarray:
-        """The workload's marginals, in its order, out of the candidates' flat answers."""
-        spans = [flat[self.selection.span(self._candidate_index[c])] for c in self.workload.cliques]
-        return np.concatenate(spans)
+    def _eligible(self, parts: Parts, model, budget_used: float) -> np.ndarray:
+        mask = parts.family.eligible(model, budget_used)
+        return np.ones(len(parts.selection.candidates), bool) if mask is None else np.asarray(mask, bool)
 
     def default_rows(self, state: AnnealedState) -> int:
         """n under replace-one (public); under add/remove the family's estimated total."""
         if self.relation is Neighboring.REPLACE_ONE:
             return self.n_records
-        return self.family.default_rows(state.model)
+        return self.parts(state).family.default_rows(state.model)
 
     def relaxed_answers(self, state: AnnealedState) -> Array:
-        """(workload.n_queries,) the fitted model's own answers (fractions), before sampling."""
-        return jnp.asarray(self._workload_spans(np.asarray(self.family.output_answers(state.model))))
+        """(workload.n_queries,) the fitted model's own answers (fractions) over the declared
+        domain, before sampling (a compressed domain's merged cells spread as the release
+        spreads them)."""
+        parts = self.parts(state)
+        flat = np.asarray(parts.family.output_answers(state.model), np.float64)
+        answers = _workload_spans(flat, parts.selection.candidates, parts.workload)
+        if state.compressed is not None:
+            answers = state.compressed.answers(answers, self.workload)
+        return jnp.asarray(answers)
 
     answers = relaxed_answers
 
     def release(self, state: AnnealedState, key: Key, rows: int | None = None) -> Array:
-        """Synthetic records, (rows, d) int32 codes, sampled from the final model."""
+        """Synthetic records, (rows, d) int32 codes over the declared domain, sampled from the
+        final model (a merged code spread over its values, `CompressedDomain.records`)."""
         require_key(key)
         if state.rounds_done == 0:
             raise ValueError("run the mechanism before releasing (the state holds no fitted model)")
         rows = self.default_rows(state) if rows is None else _checks.positive_int(rows, "rows")
-        return self.family.release(state.model, key, rows)
+        family = self.parts(state).family
+        if state.compressed is None:
+            return family.release(state.model, key, rows)
+        model_key, spread_key = jax.random.split(key)
+        return state.compressed.records(spread_key, family.release(state.model, model_key, rows))
+
+    def compression_report(self, state: AnnealedState) -> dict[str, Any] | None:
+        """The report's `compression` (None without it): the threshold (in sigmas), the spread,
+        and `merged`, {attribute: the declared codes that share its merged code} for every
+        attribute the run compressed. Publishable: a function of noisy counts."""
+        if self.compression is None:
+            return None
+        merged = {}
+        if state.compressed is not None:
+            for a, name in enumerate(self.domain.names):
+                if state.compressed.merged(a):
+                    merged[name] = state.compressed.merged(a)
+        return {
+            "threshold_sigmas": self.compression.threshold,
+            "spread": self.compression.spread,
+            "merged": merged,
+        }
 
     # -- uncertainty quantification ---------------------------------------------------------
 
@@ -356,6 +456,10 @@ class Annealed:
         self, state: AnnealedState, confidence: float = 0.95, synthetic: np.ndarray | None = None
     ) -> ErrorBounds:
         """Per-marginal upper confidence bounds on the L1 error of the synthetic data (Sec. 5).
+
+        With a compressed domain the bounds are those of the workload's marginals over it (an
+        attribute's merged values counted as one cell): how a merged count spreads over its
+        values is not measured, so nothing bounds it.
 
         Args:
             state: the final state of a run.
@@ -372,28 +476,35 @@ class Annealed:
         """
         if not 0.0 < confidence < 1.0:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        parts = self.parts(state)
+        rule, workload = parts.selection, parts.workload
+        candidates = rule.candidates
         failure = 1.0 - confidence
         lam = math.sqrt(math.log(1.0 / failure))  # Theorem 3: 1 - exp(-lambda^2)
         lam1 = math.sqrt(2.0 * math.log(2.0 / failure))  # Theorem 4, failure split evenly
         lam2 = math.log(2.0 / failure)
         if synthetic is None:
-            synth = self._workload_spans(self._answers(state.model, self._workload_mask()))
-            total = float(synth[: self.workload.cells[0]].sum())
+            answered = self._answers(parts, state.model, _workload_mask(candidates, workload))
+            synth = _workload_spans(answered, candidates, workload)
+            total = float(synth[: workload.cells[0]].sum())
         else:
-            synth = np.asarray(_workload_counts(jnp.asarray(synthetic, jnp.int32), self.workload), np.float64)
-            total = float(len(synthetic))
-        index = self._candidate_index
+            codes = np.asarray(synthetic)
+            if state.compressed is not None:
+                codes = np.stack([state.compressed.codes(a)[codes[:, a]] for a in range(codes.shape[1])], 1)
+            synth = np.asarray(_workload_counts(jnp.asarray(codes, jnp.int32), workload), np.float64)
+            total = float(len(codes))
+        index = _candidate_index(candidates)
         bounds, supported = [], []
-        for j, clique in enumerate(self.workload.cliques):
-            span = slice(self.workload.offsets[j], self.workload.offsets[j] + self.workload.cells[j])
-            n_r = self.workload.cells[j]
-            estimate = _weighted_average(clique, state.measurements, self.workload.sizes)
+        for j, clique in enumerate(workload.cliques):
+            span = slice(workload.offsets[j], workload.offsets[j] + workload.cells[j])
+            n_r = workload.cells[j]
+            estimate = _weighted_average(clique, state.measurements, workload.sizes)
             if estimate is not None:
                 y_bar, sigma_bar = estimate
                 bound = (
                     np.abs(synth[span] - y_bar).sum()
-                    + math.sqrt(2.0 * math.log(2.0)) * sigma_bar * n_r
-                    + lam * sigma_bar * math.sqrt(2.0 * n_r)
+                    + math.sqrt(2.0 * math.log(2.0)) * _summed(sigma_bar, n_r)
+                    + lam * math.sqrt(2.0 * _summed(np.square(sigma_bar), n_r))
                 )
                 bounds.append(bound)
                 supported.append(True)
@@ -404,9 +515,9 @@ class Annealed:
                 supported.append(False)
                 continue
             rec = state.records[t]
-            w_r = self.selection.weights[index[clique]]
-            w_sel = self.selection.weights[rec.selected]
-            n_sel = self.candidates.cells[rec.selected]
+            w_r = rule.weights[index[clique]]
+            w_sel = rule.weights[rec.selected]
+            n_sel = candidates.cells[rec.selected]
             b_r = (
                 w_sel * rec.selected_error
                 + SQRT_2_OVER_PI * rec.sigma * (w_r * n_r - w_sel * n_sel)
@@ -422,6 +533,45 @@ class Annealed:
         return ErrorBounds(bound, np.asarray(supported), bound / max(total, 1.0), confidence)
 
 
+def _summed(scale: float | np.ndarray, cells: int) -> float:
+    """The sum over a marginal's `cells` cells of a per-cell quantity, given as one value for
+    all of them or one per cell."""
+    return float(np.sum(scale)) if np.ndim(scale) else scale * cells
+
+
+@functools.lru_cache(maxsize=8)
+def _gather(candidates: MarginalWorkload) -> np.ndarray:
+    """(n_candidates, width) each candidate's cells in the flat answers, padded with n_queries
+    (`MarginalPadding`, as the fixed-budget measurement lays them out)."""
+    return np.asarray(MarginalPadding.of(candidates).gather)
+
+
+@functools.lru_cache(maxsize=8)
+def _candidate_index(candidates: MarginalWorkload) -> dict[tuple[int, ...], int]:
+    return {c: i for i, c in enumerate(candidates.cliques)}
+
+
+def _workload_mask(candidates: MarginalWorkload, workload: MarginalWorkload) -> np.ndarray:
+    index = _candidate_index(candidates)
+    mask = np.zeros(len(candidates), bool)
+    mask[[index[c] for c in workload.cliques]] = True
+    return mask
+
+
+def _workload_spans(flat: np.ndarray, candidates: MarginalWorkload, workload: MarginalWorkload) -> np.ndarray:
+    """The workload's marginals, in its order, out of the candidates' flat answers."""
+    index = _candidate_index(candidates)
+    starts = [candidates.offsets[index[c]] for c in workload.cliques]
+    return np.concatenate([flat[s : s + n] for s, n in zip(starts, workload.cells, strict=True)])
+
+
+def _class_shape(rule: AIMSelection) -> ClassShape:
+    """What a family bound under a filter rule is told: its candidates W+, at most `max_rounds`
+    rounds of one pick after round 0's 1-way marginals."""
+    capacity = len(rule.one_way()) + rule.max_rounds - 1  # round 0 measures every 1-way marginal
+    return ClassShape(rule.candidates, rule.max_rounds, None, MARGINALS, capacity)
+
+
 def _one_hot(i: int, n: int) -> np.ndarray:
     mask = np.zeros(n, bool)
     mask[i] = True
@@ -431,9 +581,10 @@ def _one_hot(i: int, n: int) -> np.ndarray:
 _workload_counts = jax.jit(marginal_counts, static_argnums=1)
 
 
-def _weighted_average(clique, measurements, sizes) -> tuple[np.ndarray, float] | None:
+def _weighted_average(clique, measurements, sizes) -> tuple[np.ndarray, float | np.ndarray] | None:
     """Theorem 2: inverse-variance average of every measurement containing `clique`, projected
-    onto it; None if no measurement contains it."""
+    onto it, and the noise scale of the average (one for every cell, or one per cell when a
+    measurement's cells differ in scale); None if no measurement contains it."""
     n_r = math.prod(sizes[a] for a in clique)
     total, precision = None, 0.0
     for m in measurements:
@@ -442,13 +593,15 @@ def _weighted_average(clique, measurements, sizes) -> tuple[np.ndarray, float] |
         shape = [sizes[a] for a in m.clique]
         drop = tuple(i for i, a in enumerate(m.clique) if a not in clique)
         projected = np.asarray(m.noisy, np.float64).reshape(shape).sum(axis=drop).reshape(-1)
-        n_m = math.prod(shape)
-        weight = n_r / (n_m * m.sigma**2)  # 1 / per-cell variance of the projection
+        if np.ndim(m.sigma):  # per-cell scales: the projection's variance sums its cells'
+            weight = 1.0 / m.variances().reshape(shape).sum(axis=drop).reshape(-1)
+        else:
+            weight = n_r / (math.prod(shape) * m.sigma**2)  # 1 / per-cell variance of the projection
         total = projected * weight if total is None else total + projected * weight
-        precision += weight
+        precision = precision + weight
     if total is None:
         return None
-    return total / precision, math.sqrt(1.0 / precision)
+    return total / precision, np.sqrt(1.0 / precision) if np.ndim(precision) else math.sqrt(1.0 / precision)
 
 
 def annealed(
@@ -464,6 +617,7 @@ def annealed(
     public: Dataset | None,
     mesh: Mesh | None,
     name: str,
+    compress: Compression | None = None,
 ) -> Annealed:
     """`jaxdp.adaptive` for a filter rule (its arguments, the family's relation and the workload's
     domain checked there): the rule bound to the workload's downward closure W+ for at most
@@ -488,12 +642,14 @@ def annealed(
             f"{type(family).__name__} does not fit AIMSelection: it measures whole marginals and "
             "releases records"
         )
+    if compress is not None:
+        compress = compress.checked()
+        if public is not None:
+            raise ValueError("compress: a compressed domain cannot use public data over the declared one")
     n = len(data)
     rule = select.bind(workload, relation=relation, n_records=n, rounds=rounds, noise=noise)
-    capacity = len(rule.one_way()) + rule.max_rounds - 1  # round 0 measures every 1-way marginal
-    shape = ClassShape(rule.candidates, rule.max_rounds, None, MARGINALS, capacity)
     family = family.bind(
-        (shape,),
+        (_class_shape(rule),),
         domain=data.domain,
         public=public,
         n_records=n if relation is Neighboring.REPLACE_ONE else None,
@@ -502,4 +658,6 @@ def annealed(
     if mesh is not None:
         local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
         counts = counts.map(jax.device_put, local[0])
-    return Annealed(counts, rule, family, workload, relation, n, plan, rule.max_rounds, noise, name)
+    return Annealed(
+        counts, rule, family, workload, relation, n, plan, rule.max_rounds, noise, name, data.domain, compress
+    )

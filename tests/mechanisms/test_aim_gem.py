@@ -104,9 +104,10 @@ def test_generator_improves_on_the_measured_marginals(seed):
     untrained = result.state.model._replace(params=mech.init(stream_key(key, Stream.INIT)).model.params)
     start_state = result.state._replace(model=untrained)
     everything = np.ones(len(mech.candidates), bool)
+    parts = mech.parts(result.state)
     before, after = (
-        mech._answers(start_state.model, everything),
-        mech._answers(result.state.model, everything),
+        mech._answers(parts, start_state.model, everything),
+        mech._answers(parts, result.state.model, everything),
     )
     for i in measured:
         span = mech.selection.span(i)

@@ -1,0 +1,204 @@
+"""Domain compression (MST's merge of rarely counted values): post-processing of released noisy
+1-way counts, decoded back to the declared domain on release."""
+
+import itertools
+
+import jax
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import loop
+from jaxdp.domain import Dataset
+from jaxdp.families import CompressedDomain, Compression
+from jaxdp.ledger import rho_spent
+from jaxdp.mechanisms.aim import DEFAULT_COMPRESSION
+from jaxdp.queries import all_kway, marginal_counts
+from tests.mechanisms.conftest import TINY_DOMAIN, tiny_dataset
+
+BUDGET = {"epsilon": 0.3, "delta": 1e-6}
+SMALL = {"max_rounds": 8, "iters": 20, "final_iters": 20}
+
+
+def _aim(data, compress=DEFAULT_COMPRESSION, **kw):
+    return jaxdp.aim(data, all_kway(data.domain.sizes, 2), compress=compress, **BUDGET, **{**SMALL, **kw})
+
+
+def _skewed(seed=0, n=400):
+    """The tiny domain with rare values in b and d, so that compression merges some."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 3, n)
+    b = rng.choice(4, n, p=[0.02, 0.03, 0.9, 0.05])
+    c = rng.integers(0, 2, n)
+    d = rng.choice(5, n, p=[0.45, 0.45, 0.04, 0.03, 0.03])
+    return Dataset.from_codes(TINY_DOMAIN, np.stack([a, b, c, d], axis=1))
+
+
+def test_the_merge_is_a_function_of_the_noisy_counts_only():
+    """Two tables with the same 1-way counts but different records (b's column shuffled against
+    the others) get the same noisy 1-way counts from one key, and so the same merge; the ledger
+    of round 0 is the same too."""
+    first = _skewed()
+    codes = first.codes.copy()
+    codes[:, 1] = np.random.default_rng(1).permutation(codes[:, 1])
+    second = Dataset.from_codes(first.domain, codes)
+    assert not np.array_equal(first.codes, second.codes)
+    runs = [loop.run(_aim(data), jax.random.key(3), rounds=1) for data in (first, second)]
+    merges = [r.state.compressed for r in runs]
+    assert merges[0] is not None and merges[0].changed
+    for kept_0, kept_1 in zip(merges[0].kept, merges[1].kept, strict=True):
+        np.testing.assert_array_equal(kept_0, kept_1)
+    for spread_0, spread_1 in zip(merges[0].spread, merges[1].spread, strict=True):
+        np.testing.assert_array_equal(spread_0, spread_1)
+    assert runs[0].ledger == runs[1].ledger
+
+
+def test_compression_spends_nothing():
+    """Same key with and without compression: the same plan, the same round 0 (its noisy counts
+    and its charge), one selection and one measurement a round after it, and the whole budget
+    spent by the filter in both."""
+    data = _skewed()
+    on, off = _aim(data), _aim(data, compress=None)
+    assert on.plan == off.plan
+    key = jax.random.key(5)
+    first = [loop.run(m, key, rounds=1) for m in (on, off)]
+    assert first[0].ledger == first[1].ledger
+    assert first[0].state.compressed is not None and first[1].state.compressed is None
+    ones = [m for m in first[1].state.measurements if len(m.clique) == 1]
+    for m, merged in zip(ones, first[0].state.measurements, strict=True):
+        counts, _ = first[0].state.compressed.one_way(m.clique[0], m.noisy, m.sigma)
+        np.testing.assert_allclose(merged.noisy, counts)
+    for m in (on, off):
+        result = loop.run(m, key)
+        labels = [e.primitive for e in result.ledger]
+        assert labels[0] == "discrete_gaussian" and len(labels) == 2 * result.state.rounds_done - 1
+        # the ledger recomputes rho from the float32 scales its charges carry
+        assert rho_spent(result.ledger) == pytest.approx(m.plan.rho_budget, rel=1e-6)
+
+
+def _domain(kept, spread):
+    return CompressedDomain(tuple(np.asarray(k) for k in kept), tuple(np.asarray(s, float) for s in spread))
+
+
+def test_threshold_and_spreads():
+    """Values below threshold x sigma merge; one merged value alone is no merge; the noisy spread
+    follows the clipped noisy counts (uniform where none is positive)."""
+    noisy = [np.array([10.0, 2.0, -1.0, 30.0]), np.array([5.0, 1.0]), np.array([1.0, -2.0, 0.5])]
+    noisy_spread = Compression(threshold=3.0).of(noisy, sigma=1.0)
+    np.testing.assert_array_equal(noisy_spread.kept[0], [True, False, False, True])
+    np.testing.assert_allclose(noisy_spread.spread[0], [0.0, 1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(noisy_spread.kept[1], [True, True])  # one merged value: kept
+    np.testing.assert_array_equal(noisy_spread.kept[2], [False, False, False])  # all merged
+    np.testing.assert_allclose(noisy_spread.spread[2], [2 / 3, 0.0, 1 / 3])
+    assert noisy_spread.sizes == (3, 2, 1)
+    uniform = Compression(threshold=3.0, spread="uniform").of(noisy, sigma=1.0)
+    np.testing.assert_allclose(uniform.spread[0], [0.0, 0.5, 0.5, 0.0])
+    none_positive = Compression().of([np.array([-1.0, -2.0, 9.0])], sigma=1.0)
+    np.testing.assert_allclose(none_positive.spread[0], [0.5, 0.5, 0.0])
+    with pytest.raises(ValueError, match="threshold"):
+        Compression(threshold=0.0).checked()
+    with pytest.raises(ValueError, match="spread"):
+        Compression(spread="median").checked()
+
+
+def test_decoding_restores_every_value():
+    """Kept values decode to themselves; a merged code decodes to the merged values only, in
+    counts equal to their shares of it rounded (systematic sampling); the same key gives the
+    same records."""
+    compressed = _domain(
+        [[True, False, True, False, False], [True, True, True]],
+        [[0.0, 0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 0.0]],
+    )
+    assert compressed.sizes == (3, 3)
+    rng = np.random.default_rng(0)
+    original = rng.integers(0, (5, 3), size=(2000, 2))
+    codes = np.stack([compressed.codes(0)[original[:, 0]], compressed.codes(1)[original[:, 1]]], 1)
+    decoded = np.asarray(compressed.records(jax.random.key(1), codes))
+    kept = np.isin(original[:, 0], [0, 2])
+    np.testing.assert_array_equal(decoded[kept], original[kept])
+    np.testing.assert_array_equal(decoded[:, 1], original[:, 1])
+    merged = decoded[~kept, 0]
+    assert set(np.unique(merged)) <= {1, 3, 4}
+    shares = np.bincount(merged, minlength=5)[[1, 3, 4]]
+    np.testing.assert_array_less(np.abs(shares - merged.size * np.array([0.5, 0.3, 0.2])), 1.0 + 1e-3)
+    np.testing.assert_array_equal(decoded, np.asarray(compressed.records(jax.random.key(1), codes)))
+
+
+def test_answers_spread_a_compressed_distribution_as_its_release_does():
+    """The answers over the declared domain equal the marginals of the joint distribution that
+    spreads each merged code over its values by their shares (brute force over the tiny domain)."""
+    compressed = _domain(
+        [[True, True, True], [False, True, False, True], [True, True], [True, False, False, True, False]],
+        [[0, 0, 0], [0.25, 0, 0.75, 0], [0, 0], [0, 0.2, 0.3, 0, 0.5]],
+    )
+    workload = all_kway(TINY_DOMAIN.sizes, 2)
+    small = compressed.workload(workload)
+    joint = np.random.default_rng(2).random(small.sizes)
+    joint /= joint.sum()
+    cells = itertools.product(*(range(s) for s in TINY_DOMAIN.sizes))
+    share = [np.where(k, 1.0, s) for k, s in zip(compressed.kept, compressed.spread, strict=True)]
+    full = np.zeros(TINY_DOMAIN.sizes)
+    for cell in cells:
+        code = tuple(int(compressed.codes(a)[v]) for a, v in enumerate(cell))
+        full[cell] = joint[code] * np.prod([share[a][v] for a, v in enumerate(cell)])
+    assert full.sum() == pytest.approx(1.0)
+    marginals = np.concatenate(
+        [full.sum(axis=tuple(i for i in range(4) if i not in c)).reshape(-1) for c in workload.cliques]
+    )
+    small_marginals = np.concatenate(
+        [joint.sum(axis=tuple(i for i in range(4) if i not in c)).reshape(-1) for c in small.cliques]
+    )
+    np.testing.assert_allclose(compressed.answers(small_marginals, workload), marginals, atol=1e-12)
+
+
+def test_counts_over_the_compressed_domain_are_those_of_the_compressed_records():
+    """`cell_map` sums a marginal's counts into the compressed marginal's cells: the counts of
+    the records with their codes mapped."""
+    data = _skewed()
+    compressed = loop.run(_aim(data), jax.random.key(3), rounds=1).state.compressed
+    workload = all_kway(TINY_DOMAIN.sizes, 2)
+    counts = np.asarray(marginal_counts(data.codes, workload), np.int64)
+    summed = np.bincount(
+        compressed.cell_map(workload), weights=counts, minlength=compressed.workload(workload).n_queries
+    )
+    mapped = np.stack([compressed.codes(a)[data.codes[:, a]] for a in range(4)], 1)
+    np.testing.assert_array_equal(summed, np.asarray(marginal_counts(mapped, compressed.workload(workload))))
+
+
+def test_a_compressed_release_is_over_the_declared_domain_and_the_report_lists_merges():
+    data = _skewed()
+    result = jaxdp.synthesize(
+        data,
+        data.domain,
+        mechanism="aim",
+        epsilon=0.3,
+        key=jax.random.key(0),
+        rounds=8,
+        iters=20,
+        final_iters=20,
+    )
+    report = result.report["compression"]
+    assert report["threshold_sigmas"] == 3.0 and report["spread"] == "noisy"
+    assert report["merged"] and set(report["merged"]) <= set(data.domain.names)
+    codes = result.synthetic.codes
+    assert np.all(codes < np.asarray(data.domain.sizes)) and len(codes) == result.report["rows"]
+    off = jaxdp.synthesize(
+        data, data.domain, mechanism="aim", epsilon=0.3, key=jax.random.key(0), rounds=8, compress=None
+    )
+    assert off.report["compression"] is None
+
+
+def test_compression_is_refused_where_it_cannot_apply():
+    data = tiny_dataset()
+    workload = all_kway(data.domain.sizes, 2)
+    with pytest.raises(ValueError, match="compress works with AIMSelection"):
+        jaxdp.adaptive(
+            data,
+            workload,
+            select=jaxdp.selection.MaxError(),
+            family=jaxdp.families.PEP(),
+            rounds=2,
+            compress=Compression(),
+            epsilon=1.0,
+            delta=1e-6,
+        )
