@@ -1,6 +1,10 @@
 """Systematic sampling of categories within groups of records: the low-variance release step
-shared by Private-PGM's ancestral sampler (`pgm.sample`) and the spreading of a compressed
-domain's merged cells back over their values (`compression`).
+every family releases records by. Private-PGM's ancestral sampler (`pgm.sample`), the spreading
+of a compressed domain's merged cells back over their values (`compression`), the mixtures of
+product distributions of the relaxed rows and generators (`mixture_rows`: RAP, GEM, RAP++,
+AIM-GEM, and Independent's single product) and the histograms and multisets (`support_rows`:
+MWEM, PEP, DualQuery, FEM) all round each group's expected counts instead of drawing records
+independently, whose sampling noise would add to the workload error of the release.
 
 Post-processing only: it draws public randomness (a RELEASE key) over released tables.
 """
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdp.types import Array, Key
 
@@ -57,7 +62,7 @@ def systematic(key: Key, table: Array, group: Array, size: Array, strata: Array)
     totals = table.sum(axis=1, keepdims=True)
     uniform = jnp.where(real, 1.0 / size, 0.0)
     probs = jnp.where(totals > 0, table / jnp.where(totals > 0, totals, 1.0), uniform)
-    cdf = jnp.cumsum(probs, axis=1)
+    cdf = jnp.cumsum(probs, axis=1).reshape(-1)
     tie_key, weyl_key, offset_key = jax.random.split(key, 3)
     ties = jax.random.bits(tie_key, (rows,), jnp.uint32)
     # lexsort's last key is the primary one: group, then the strata in order, then the ties
@@ -76,5 +81,65 @@ def systematic(key: Key, table: Array, group: Array, size: Array, strata: Array)
     offsets = jax.random.uniform(offset_key, (n_groups,))
     u = (rank + offsets[sorted_group]) / counts[sorted_group]
     # rounding can leave the last real category's cdf below u: clamp, never a padded category
-    choice = jnp.minimum(jnp.sum(cdf[sorted_group] <= u[:, None], axis=1), size - 1)
+    choice = jnp.minimum(_first_above(cdf, sorted_group * width, width, u), size - 1)
     return jnp.zeros(rows, jnp.int32).at[order].set(choice.astype(jnp.int32))
+
+
+def _first_above(cdf: Array, start: Array, width: int, u: Array) -> Array:
+    """(rows,) for each record the first category c of its row (cdf[start + c], c < width) whose
+    cumulative probability exceeds u: a binary search, never a (rows, width) table."""
+    lo = jnp.zeros(u.shape, jnp.int32)
+    hi = jnp.full(u.shape, width, jnp.int32)
+    for _ in range(width.bit_length()):
+        mid = (lo + hi) // 2
+        right = cdf[start + jnp.minimum(mid, width - 1)] <= u
+        lo, hi = jnp.where(right, mid + 1, lo), jnp.where(right, hi, mid)
+    return lo
+
+
+def mixture_rows(key: Key, probs: Array, sizes: tuple[int, ...], rows: int) -> tuple[Array, Array]:
+    """Records of a uniform mixture of product distributions, released by `systematic`.
+
+    Each row of `probs` is one product distribution (a block of `sizes[j]` columns per attribute,
+    unnormalised: a block is clipped at 0 and normalised, an all-zero block read as uniform). The
+    rows get the records evenly (rows / n_rows each, rounded), and each attribute is drawn given
+    the record's row with its counts rounded and spread over the attributes drawn before, so the
+    records' marginals follow the mixture's answers closely rather than up to sampling noise.
+
+    Returns:
+        (codes (rows, n_attributes) int32, the mixture row of each record (rows,) int32).
+    """
+    n_rows = probs.shape[0]
+    row_key, attribute_key = jax.random.split(key)
+    anywhere = jnp.zeros(rows, jnp.int32)
+    picked = systematic(
+        row_key, jnp.ones((1, n_rows), jnp.float32), anywhere, jnp.int32(n_rows), anywhere[None]
+    )
+    if not sizes:
+        return jnp.zeros((rows, 0), jnp.int32), picked
+    width = max(sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    blocks = jnp.stack(
+        [
+            jnp.pad(jnp.clip(probs[:, s : s + k], 0.0, None), ((0, 0), (0, width - k)))
+            for s, k in zip(starts, sizes, strict=True)
+        ]
+    )
+
+    def attribute(strata, j):
+        column = systematic(
+            jax.random.fold_in(attribute_key, j), blocks[j], picked, jnp.asarray(sizes)[j], strata
+        )
+        return strata.at[j].set(column), column
+
+    _, columns = jax.lax.scan(attribute, jnp.zeros((len(sizes), rows), jnp.int32), jnp.arange(len(sizes)))
+    return columns.T, picked
+
+
+def support_rows(key: Key, weights: Array, rows: int) -> Array:
+    """(rows,) int32 indices into a support with these (unnormalised) weights, each index's count
+    its expected count rounded (`systematic` with one group)."""
+    anywhere = jnp.zeros(rows, jnp.int32)
+    return systematic(
+        key, weights[None].astype(jnp.float32), anywhere, jnp.int32(weights.shape[0]), anywhere[None]
+    )

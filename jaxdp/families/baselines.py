@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp.families._sampling import mixture_rows
 from jaxdp.families.base import ClassShape, Family, Measured, single_class
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import MARGINALS, Array, Key, Neighboring, pytree_dataclass, static_field
@@ -131,8 +132,7 @@ def _marginals(noisy_answers: Array, sizes: tuple[int, ...]) -> list[Array]:
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _sample(noisy_answers: Array, key: Key, sizes: tuple[int, ...], rows: int) -> Array:
-    columns = [
-        jax.random.categorical(jax.random.fold_in(key, j), jnp.log(p), shape=(rows,))
-        for j, p in enumerate(_marginals(noisy_answers, sizes))
-    ]
-    return jnp.stack(columns, axis=1).astype(jnp.int32)
+    """Records of the product of the marginals: each attribute's counts rounded, and spread
+    evenly over the attributes drawn before (so the pairs' counts are the product's, rounded)."""
+    product = jnp.concatenate(_marginals(noisy_answers, sizes))[None]
+    return mixture_rows(key, product, sizes, rows)[0]

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp.families._sampling import support_rows
 from jaxdp.queries import MarginalWorkload, check_enumerable, histogram_marginals
 from jaxdp.types import Array, Key, pytree_dataclass, static_field
 
@@ -156,10 +157,9 @@ def probabilities(log_weights: Array) -> Array:
 
 
 def sample_support(key: Key, probs: Array, rows: int) -> Array:
-    """(rows,) support indices drawn i.i.d. from `probs` by inverse CDF (O(rows log n))."""
-    cdf = jnp.cumsum(probs)
-    u = jax.random.uniform(key, (rows,), probs.dtype) * cdf[-1]
-    return jnp.minimum(jnp.searchsorted(cdf, u, side="right"), probs.shape[0] - 1)
+    """(rows,) support indices with each index's count `rows` x its probability, rounded
+    (`_sampling.support_rows`; O(rows log n))."""
+    return support_rows(key, probs, rows)
 
 
 def project_to_simplex(values: Array, valid: Array) -> Array:

@@ -4,8 +4,9 @@ Parameters are `(logits (n_rows, sum of categorical sizes), numeric (n_rows, n_n
 categorical part is RAP-softmax's: each block is a softmax, so a row is a product distribution
 over the categorical attributes. The numeric part holds values in the normalised [0, 1] of the
 declared bounds, clipped back into it after every optimiser step (the projection onto the relaxed
-domain). Records are released by picking a row uniformly, sampling each categorical attribute
-from its block and copying the row's numeric values: no bins anywhere.
+domain). Records are released by handing each row its share of them, drawing each categorical
+attribute from its block (counts rounded: `_sampling.mixture_rows`) and copying the row's numeric
+values: no bins anywhere.
 
 The family fits several query classes at once: categorical marginals (answered by the relaxed
 product kernels) and single threshold queries, mixed marginals (Definition 3) or class-
@@ -27,9 +28,10 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp import _checks
+from jaxdp.families._sampling import mixture_rows
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.families.fit import fit
-from jaxdp.families.relaxed import block_softmax, sample_blocks
+from jaxdp.families.relaxed import block_softmax
 from jaxdp.queries import (
     LinearThresholdQueries,
     MarginalWorkload,
@@ -280,8 +282,5 @@ class MixedRows(Family):
     def release(self, model: MixedModel, key: Key, rows: int) -> tuple[Array, Array]:
         """(codes (rows, n_categorical) int32, numeric (rows, n_numeric) float32 in [0, 1]):
         decode with `Dataset(domain, codes, numeric)`."""
-        row_key, attr_key = jax.random.split(key)
-        picked = jax.random.randint(row_key, (rows,), 0, self.n_rows)
-        probs = self.probabilities(model.params)[picked]
-        codes = sample_blocks(attr_key, probs, self.sizes) if self.sizes else jnp.zeros((rows, 0), jnp.int32)
+        codes, picked = mixture_rows(key, self.probabilities(model.params), self.sizes, rows)
         return codes, model.params[1][picked]

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp.families._sampling import support_rows
 from jaxdp.queries import MarginalWorkload, workload_queries
 from jaxdp.types import Array, Key, pytree_dataclass, static_field
 
@@ -324,6 +325,6 @@ def multiset_answers(answer_sums: Array, filled: Array) -> Array:
 
 
 def sample_multiset(key: Key, records: Array, filled: Array, rows: int) -> Array:
-    """(rows, n_attributes) int32 records drawn uniformly from the filled slots (which come first)."""
-    count = jnp.maximum(jnp.sum(filled), 1)
-    return records[jax.random.randint(key, (rows,), 0, count)]
+    """(rows, n_attributes) int32 records from the filled slots (which come first), each slot
+    repeated rows / filled times, rounded (`_sampling.support_rows`)."""
+    return records[support_rows(key, filled.astype(jnp.float32), rows)]

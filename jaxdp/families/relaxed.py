@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp.families._sampling import mixture_rows
 from jaxdp.queries import RelaxedPlan, relaxed_marginals, relaxed_plan
 from jaxdp.queries.workload import MarginalWorkload
 from jaxdp.types import Array, Key, pytree_dataclass, static_field
@@ -30,27 +31,15 @@ def block_softmax(logits: Array, sizes: tuple[int, ...]) -> Array:
 
 
 def sample_rows(key: Key, probs: Array, sizes: tuple[int, ...], rows: int) -> Array:
-    """(rows, n_attributes) int32 records: a uniform row of `probs`, then each attribute from it.
+    """(rows, n_attributes) int32 records of the uniform mixture of the product distributions in
+    the rows of `probs` (`_sampling.mixture_rows`: each row gets its share of the records and
+    each attribute's counts are rounded, not drawn independently).
 
     Blocks are normalised first (RAP's clipped rows need not sum to one; an all-zero block is
     read as uniform), so the records follow the same mixture of product distributions whose
     answers the mechanism fitted.
     """
-    row_key, attr_key = jax.random.split(key)
-    picked = jax.random.randint(row_key, (rows,), 0, probs.shape[0])
-    return sample_blocks(attr_key, probs[picked], sizes)
-
-
-def sample_blocks(key: Key, probs: Array, sizes: tuple[int, ...]) -> Array:
-    """(n_rows, n_attributes) int32: one code per attribute block of each row of `probs`."""
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    columns = []
-    for j, (s, k) in enumerate(zip(starts, sizes, strict=True)):
-        block = jnp.clip(probs[:, s : s + k], 0.0, None)
-        total = block.sum(axis=1, keepdims=True)
-        block = jnp.where(total > 0, block / jnp.where(total > 0, total, 1.0), 1.0 / k)
-        columns.append(jax.random.categorical(jax.random.fold_in(key, j), jnp.log(block), axis=1))
-    return jnp.stack(columns, axis=1).astype(jnp.int32)
+    return mixture_rows(key, probs, sizes, rows)[0]
 
 
 @pytree_dataclass
