@@ -58,11 +58,13 @@ def mean_se(values: list[float]) -> tuple[float, float]:
 
 
 def table(records: list[dict]) -> str:
-    """Markdown: per mechanism and checkout, errors (mean +- SE), warm seconds, identical releases."""
+    """Markdown: per mechanism and checkout, errors (mean +- SE), the fitted distribution's own
+    mean L1 and the records' over it (mean of the seeds' ratios), warm seconds, identical
+    releases."""
     lines = [
-        "| mechanism | checkout (commit) | max error | mean L1 | warm s (median) | first s "
-        "| releases identical |",
-        "|---|---|---|---|---|---|---|",
+        "| mechanism | checkout (commit) | max error | mean L1 | model's mean L1 | records / model "
+        "| warm s (median) | first s | releases identical |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     by_mech: dict[str, list[dict]] = {}
     for r in records:
@@ -76,6 +78,12 @@ def table(records: list[dict]) -> str:
             l1, l1_se = mean_se([s["mean_l1"] for s in seeds])
             warm = statistics.median(s["seconds"] for s in seeds[1:]) if len(seeds) > 1 else float("nan")
             errors = f"{m:.4f} ± {m_se:.4f} | {l1:.4f} ± {l1_se:.4f}"
+            fitted = [s.get("relaxed_mean_l1") for s in seeds]
+            if all(f is not None for f in fitted):
+                ratio = statistics.fmean(s["mean_l1"] / s["relaxed_mean_l1"] for s in seeds)
+                errors += f" | {statistics.fmean(fitted):.4f} | {ratio:.3f}"
+            else:
+                errors += " | - | -"
             lines.append(
                 f"| {mechanism} | {r['code']} ({r['code_commit']}) | {errors} "
                 f"| {warm:.2f} | {seeds[0]['seconds']:.1f} | {identical} |"
