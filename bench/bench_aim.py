@@ -4,6 +4,8 @@ The issue's settings: epsilon = 1, delta = 1e-9, all 3-way marginals of
 - ADULT: a 6-attribute projection (age, education-num, marital-status, occupation, sex,
   income>50K) or all 14 attributes, data from ../shared/data/private-pgm/ (skipped with a message
   when absent);
+- bnet9: 9 attributes of sizes up to 501 from a seeded Bayes net (135,727 records; with
+  `--max-cells 10000`, the 3-way marginals of at most 10,000 cells: large cliques to fit);
 - binary16: 16 binary attributes (560 3-way marginals, 65,536 cells in the whole domain), 50,000
   records drawn from a seeded Bayes net (`binary16`; `--write-table DIR` writes it as CSV and
   domain JSON for the CLI).
@@ -13,7 +15,8 @@ distance between the normalised marginals of the real and synthetic tables (`jax
 
     python bench/bench_aim.py [--table adult|binary16] [--attributes 6|14] [--seeds 0 1 2 3 4]
         [--epsilon 1] [--out F.jsonl] [--iters 1000] [--final-iters 3000] [--tol 1e-2 | --tol none]
-        [--compilation-cache DIR] [--write-table DIR]
+        [--compilation-cache DIR] [--write-table DIR] [--compress off 3 3:uniform]
+    python bench/bench_aim.py --table bnet9 --max-cells 10000   # large cliques (issue #24)
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import jaxdp
 from jaxdp import evaluate, loop
 from jaxdp.domain import Dataset, Domain
 from jaxdp.families import Compression
-from jaxdp.queries import all_kway
+from jaxdp.queries import MarginalWorkload, all_kway
 
 DATA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "private-pgm")
 SIX = ("age", "education-num", "marital-status", "occupation", "sex", "income>50K")
@@ -74,6 +77,28 @@ def binary16(rows: int = 50_000, seed: int = 2024) -> Dataset:
             index = 2 * index + codes[:, p]
         codes[:, i] = rng.random(rows) < table[index]
     return Dataset.from_codes(Domain.from_sizes({f"b{i}": 2 for i in range(16)}), codes)
+
+
+BNET9_SIZES = (33, 3, 3, 33, 33, 33, 33, 76, 501)
+
+
+def bnet9(rows: int = 135_727, seed: int = 2026) -> Dataset:
+    """9 attributes of the sizes of the held-out table in issue #24 (33, 3, 3, 33, 33, 33, 33, 76,
+    501) drawn from a seeded Bayes net: attribute i has up to 2 parents among the attributes
+    before it, P(x_i | parents) ~ Dirichlet(0.5) per parent value. Its 3-way marginals of at most
+    10,000 cells make AIM fit large cliques."""
+    rng = np.random.default_rng(seed)
+    codes = np.zeros((rows, len(BNET9_SIZES)), np.int32)
+    for i, size in enumerate(BNET9_SIZES):
+        parents = rng.choice(i, size=min(i, 2), replace=False) if i else np.zeros(0, int)
+        configs = int(np.prod([BNET9_SIZES[p] for p in parents]))
+        table = rng.dirichlet(np.full(size, 0.5), size=configs)
+        index = np.zeros(rows, np.int64)
+        for p in parents:
+            index = index * BNET9_SIZES[p] + codes[:, p]
+        cdf = np.cumsum(table[index], axis=1)
+        codes[:, i] = np.minimum((rng.random((rows, 1)) > cdf).sum(axis=1), size - 1)
+    return Dataset.from_codes(Domain.from_sizes({f"x{i}": s for i, s in enumerate(BNET9_SIZES)}), codes)
 
 
 def write_table(data: Dataset, directory: str, name: str) -> None:
@@ -192,7 +217,10 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", choices=("adult", "binary16"), default="adult")
+    parser.add_argument("--table", choices=("adult", "binary16", "bnet9"), default="adult")
+    parser.add_argument(
+        "--max-cells", type=int, default=None, help="keep the 3-way marginals of at most this many cells"
+    )
     parser.add_argument("--attributes", type=int, choices=(6, 14), default=6, help="ADULT's attributes")
     parser.add_argument("--write-table", default=None, help="write the table as CSV + domain JSON here")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -219,7 +247,8 @@ def main() -> None:
         nargs="+",
         default=["off"],
         help='domain compression settings to run side by side within each seed: "off", or '
-        'THRESHOLD[:SPREAD] (e.g. "3" or "3:noisy"; jaxdp.families.Compression)',
+        'THRESHOLD[:SPREAD] (e.g. "3": AIM\'s default, with the noisy spread; "3:uniform"; '
+        "jaxdp.families.Compression)",
     )
     parser.add_argument(
         "--compilation-cache",
@@ -230,13 +259,17 @@ def main() -> None:
     if args.compilation_cache:
         jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    data = binary16() if args.table == "binary16" else load_adult(args.attributes)
+    tables = {"binary16": binary16, "bnet9": bnet9}
+    data = tables[args.table]() if args.table in tables else load_adult(args.attributes)
     if data is None:
         return
-    table = "binary16" if args.table == "binary16" else f"adult{args.attributes}"
+    table = args.table if args.table in tables else f"adult{args.attributes}"
     if args.write_table:
         write_table(data, args.write_table, table)
     workload = all_kway(data.domain.sizes, 3)
+    if args.max_cells is not None:
+        kept = tuple(c for c, n in zip(workload.cliques, workload.cells, strict=True) if n <= args.max_cells)
+        workload = MarginalWorkload(workload.sizes, kept)
     recorder = Recorder(args.out)
     for seed in args.seeds:
         for noise in args.noise:
@@ -265,11 +298,11 @@ def main() -> None:
 
 
 def _compression(setting: str) -> Compression | None:
-    """ "off", or THRESHOLD[:SPREAD]."""
+    """'off', or THRESHOLD[:SPREAD] (the spread defaults to `Compression`'s, "noisy")."""
     if setting == "off":
         return None
     threshold, _, spread = setting.partition(":")
-    return Compression(float(threshold), spread or "uniform")
+    return Compression(float(threshold), spread) if spread else Compression(float(threshold))
 
 
 if __name__ == "__main__":
