@@ -112,8 +112,9 @@ def _build_parser() -> argparse.ArgumentParser:
     synth.add_argument(
         "--compress",
         help="aim and aim-gem: compress the domain after the noisy 1-way round, merging the values "
-        "counted below THRESHOLD sigmas (default 3 for aim, off for aim-gem), or 'off'; "
-        "post-processing, no privacy cost (the report's compression lists what was merged)",
+        "counted below THRESHOLD sigmas in attributes of at least 20 values (default 3 for aim, "
+        "off for aim-gem), or 'off'; post-processing, no privacy cost (the report's compression "
+        "lists what was merged)",
     )
     _add_cache_arg(synth)
     synth.add_argument(

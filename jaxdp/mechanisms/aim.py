@@ -28,7 +28,8 @@ from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
 from jaxdp.types import Neighboring
 
-# AIM's default: MST's merge of the values counted below 3 sigma (a frozen dataclass: safe to share)
+# AIM's default: MST's merge of the values counted below 3 sigma, in attributes of at least 20
+# values (a frozen dataclass: safe to share)
 DEFAULT_COMPRESSION = Compression()
 
 
@@ -72,9 +73,9 @@ def aim(
             exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
             float noise does not meet the stated delta; see `jaxdp.noise`).
         compress: compress the domain after the noisy 1-way round (default
-            `jaxdp.families.Compression()`: merge the values counted below 3 sigma, spread back
-            by their noisy counts on release; post-processing, no privacy cost); None keeps the
-            declared domain. On 6-attribute ADULT (epsilon 1, all 3-way marginals) it cut the
+            `jaxdp.families.Compression()`: in attributes of at least 20 values, merge the
+            values counted below 3 sigma, spread back by their noisy counts on release;
+            post-processing, no privacy cost); None keeps the declared domain. On 6-attribute ADULT (epsilon 1, all 3-way marginals) it cut the
             mean L1 of the records by about a tenth (bench/README.md, "AIM's domain
             compression").
         mesh: split the records over this mesh's devices to count them (one axis "records",

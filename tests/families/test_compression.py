@@ -12,15 +12,17 @@ from jaxdp import loop
 from jaxdp.domain import Dataset
 from jaxdp.families import CompressedDomain, Compression
 from jaxdp.ledger import rho_spent
-from jaxdp.mechanisms.aim import DEFAULT_COMPRESSION
 from jaxdp.queries import all_kway, marginal_counts
 from tests.mechanisms.conftest import TINY_DOMAIN, tiny_dataset
 
 BUDGET = {"epsilon": 0.3, "delta": 1e-6}
+# The tiny domain's attributes have 2-5 values: below the default `min_values`, so the tests merge
+# with it lowered to 1.
+MERGING = Compression(min_values=1)
 SMALL = {"max_rounds": 8, "iters": 20, "final_iters": 20}
 
 
-def _aim(data, compress=DEFAULT_COMPRESSION, **kw):
+def _aim(data, compress=MERGING, **kw):
     return jaxdp.aim(data, all_kway(data.domain.sizes, 2), compress=compress, **BUDGET, **{**SMALL, **kw})
 
 
@@ -84,21 +86,25 @@ def test_threshold_and_spreads():
     """Values below threshold x sigma merge; one merged value alone is no merge; the noisy spread
     follows the clipped noisy counts (uniform where none is positive)."""
     noisy = [np.array([10.0, 2.0, -1.0, 30.0]), np.array([5.0, 1.0]), np.array([1.0, -2.0, 0.5])]
-    noisy_spread = Compression(threshold=3.0).of(noisy, sigma=1.0)
+    noisy_spread = Compression(threshold=3.0, min_values=1).of(noisy, sigma=1.0)
     np.testing.assert_array_equal(noisy_spread.kept[0], [True, False, False, True])
     np.testing.assert_allclose(noisy_spread.spread[0], [0.0, 1.0, 0.0, 0.0])
     np.testing.assert_array_equal(noisy_spread.kept[1], [True, True])  # one merged value: kept
     np.testing.assert_array_equal(noisy_spread.kept[2], [False, False, False])  # all merged
     np.testing.assert_allclose(noisy_spread.spread[2], [2 / 3, 0.0, 1 / 3])
     assert noisy_spread.sizes == (3, 2, 1)
-    uniform = Compression(threshold=3.0, spread="uniform").of(noisy, sigma=1.0)
+    uniform = Compression(threshold=3.0, spread="uniform", min_values=1).of(noisy, sigma=1.0)
     np.testing.assert_allclose(uniform.spread[0], [0.0, 0.5, 0.5, 0.0])
-    none_positive = Compression().of([np.array([-1.0, -2.0, 9.0])], sigma=1.0)
+    none_positive = Compression(min_values=1).of([np.array([-1.0, -2.0, 9.0])], sigma=1.0)
     np.testing.assert_allclose(none_positive.spread[0], [0.5, 0.5, 0.0])
+    small = Compression(min_values=4).of(noisy, sigma=1.0)  # only the 4-value attribute may merge
+    assert small.sizes == (3, 2, 3)
     with pytest.raises(ValueError, match="threshold"):
         Compression(threshold=0.0).checked()
     with pytest.raises(ValueError, match="spread"):
         Compression(spread="median").checked()
+    with pytest.raises(ValueError, match="min_values"):
+        Compression(min_values=0).checked()
 
 
 def test_decoding_restores_every_value():
@@ -176,6 +182,7 @@ def test_a_compressed_release_is_over_the_declared_domain_and_the_report_lists_m
         rounds=8,
         iters=20,
         final_iters=20,
+        compress=MERGING,
     )
     report = result.report["compression"]
     assert report["threshold_sigmas"] == 3.0 and report["spread"] == "noisy"

@@ -51,4 +51,3 @@ def test_every_mechanism_beats_independent_on_its_papers_error(name, adult_reduc
     metric = "mean_l1" if name in MEAN_L1 else "max_abs"
     for seed, errors in zip(SEEDS, _errors(name, *adult_reduced), strict=True):
         assert errors[metric] <= MARGIN * independent[metric], (seed, metric, errors[metric], independent)
-
