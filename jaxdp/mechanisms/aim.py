@@ -75,9 +75,9 @@ def aim(
         compress: compress the domain after the noisy 1-way round (default
             `jaxdp.families.Compression()`: in attributes of at least 20 values, merge the
             values counted below 3 sigma, spread back by their noisy counts on release;
-            post-processing, no privacy cost); None keeps the declared domain. On 6-attribute ADULT (epsilon 1, all 3-way marginals) it cut the
-            mean L1 of the records by about a tenth (bench/README.md, "AIM's domain
-            compression").
+            post-processing, no privacy cost); None keeps the declared domain. On 6-attribute
+            ADULT (epsilon 1, all 3-way marginals) it cut the mean L1 of the records by about a
+            tenth (bench/README.md, "End to end against SmartNoise and dpmm", second run).
         mesh: split the records over this mesh's devices to count them (one axis "records",
             `jaxdp.queries.records_mesh()`; one psum); the rest of the run and the release are
             those of one device with the same key.
