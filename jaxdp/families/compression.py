@@ -67,16 +67,21 @@ class Compression:
         spread = _checks.one_of(self.spread, SPREADS, "spread")
         return Compression(threshold, spread, _checks.positive_int(self.min_values, "min_values"))
 
-    def of(self, noisy: Sequence[np.ndarray], sigma: float) -> CompressedDomain:
+    def of(self, noisy: Sequence[np.ndarray | int], sigma: float) -> CompressedDomain:
         """The compression of the domain whose attributes have these noisy 1-way counts.
 
         Args:
-            noisy: one (size,) array of noisy counts per attribute, measured with Gaussian noise
-                of scale `sigma` (counts).
+            noisy: per attribute of the domain, in order, its (size,) array of noisy counts,
+                measured with Gaussian noise of scale `sigma` (counts), or, for an attribute no
+                1-way marginal measured (outside the workload), its size: it is kept whole.
             sigma: the noise scale of every count.
         """
         kept, weights = [], []
         for counts in noisy:
+            if np.ndim(counts) == 0:
+                kept.append(np.ones(int(counts), bool))
+                weights.append(np.zeros(int(counts)))
+                continue
             counts = np.asarray(counts, np.float64)
             keep = counts >= self.threshold * sigma
             if counts.size < self.min_values or keep.sum() >= counts.size - 1:

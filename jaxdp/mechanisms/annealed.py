@@ -269,11 +269,14 @@ class Annealed:
         compressed, model, scales = None, state.model, sigma
         if self.compression is not None:
             bounds = np.cumsum([0] + [rule.candidates.cells[i] for i in ones])
-            per_attribute = [noisy[bounds[j] : bounds[j + 1]] for j in range(len(ones))]
+            attributes = [rule.candidates.cliques[i][0] for i in ones]
+            per_attribute: list = list(self.workload.sizes)  # unmeasured attributes: kept whole
+            for j, a in enumerate(attributes):
+                per_attribute[a] = noisy[bounds[j] : bounds[j + 1]]
             compressed = self.compression.of(per_attribute, sigma)
             if compressed.changed:
                 parts = self.parts(state._replace(compressed=compressed))
-                merged = [compressed.one_way(j, counts, sigma) for j, counts in enumerate(per_attribute)]
+                merged = [compressed.one_way(a, per_attribute[a], sigma) for a in attributes]
                 noisy = np.concatenate([counts for counts, _ in merged])
                 scales = np.concatenate([cell_scales for _, cell_scales in merged])
                 spans = [parts.selection.span(i) for i in ones]

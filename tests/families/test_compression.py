@@ -195,6 +195,22 @@ def test_a_compressed_release_is_over_the_declared_domain_and_the_report_lists_m
     assert off.report["compression"] is None
 
 
+def test_attributes_outside_the_workload_are_kept_whole():
+    """A workload over b and d only: round 0 measures their 1-way marginals, not a's or c's, so
+    the merge covers the domain's every attribute (a and c kept whole) and the release has them
+    all, decoded to the declared sizes."""
+    data = _skewed()
+    workload = jaxdp.queries.MarginalWorkload(data.domain.sizes, ((1, 3),))
+    mechanism = jaxdp.aim(data, workload, compress=MERGING, **BUDGET, **SMALL)
+    run = loop.run(mechanism, jax.random.key(0))
+    compressed = run.state.compressed
+    assert compressed is not None and len(compressed.kept) == len(data.domain.sizes)
+    assert compressed.kept[0].all() and compressed.kept[2].all()
+    assert not (compressed.kept[1].all() and compressed.kept[3].all())
+    codes = np.asarray(mechanism.release(run.state, jax.random.key(1)))
+    assert codes.shape[1] == 4 and np.all(codes < np.asarray(data.domain.sizes))
+
+
 def test_compression_is_refused_where_it_cannot_apply():
     data = tiny_dataset()
     workload = all_kway(data.domain.sizes, 2)
