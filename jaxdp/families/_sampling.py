@@ -58,11 +58,7 @@ def systematic(key: Key, table: Array, group: Array, size: Array, strata: Array)
     """
     rows = group.shape[0]
     n_groups, width = table.shape
-    real = jnp.arange(width) < size
-    totals = table.sum(axis=1, keepdims=True)
-    uniform = jnp.where(real, 1.0 / size, 0.0)
-    probs = jnp.where(totals > 0, table / jnp.where(totals > 0, totals, 1.0), uniform)
-    cdf = jnp.cumsum(probs, axis=1).reshape(-1)
+    cdf = jnp.cumsum(_normalised(table, size), axis=1).reshape(-1)
     tie_key, weyl_key, offset_key = jax.random.split(key, 3)
     ties = jax.random.bits(tie_key, (rows,), jnp.uint32)
     # lexsort's last key is the primary one: group, then the strata in order, then the ties
@@ -83,6 +79,15 @@ def systematic(key: Key, table: Array, group: Array, size: Array, strata: Array)
     # rounding can leave the last real category's cdf below u: clamp, never a padded category
     choice = jnp.minimum(_first_above(cdf, sorted_group * width, width, u), size - 1)
     return jnp.zeros(rows, jnp.int32).at[order].set(choice.astype(jnp.int32))
+
+
+def _normalised(table: Array, size: Array) -> Array:
+    """Each row of `table` normalised over its first `size` categories (an all-zero row:
+    uniform over them; the padding columns past `size` get 0)."""
+    real = jnp.arange(table.shape[1]) < size
+    totals = table.sum(axis=1, keepdims=True)
+    uniform = jnp.where(real, 1.0 / size, 0.0)
+    return jnp.where(totals > 0, table / jnp.where(totals > 0, totals, 1.0), uniform)
 
 
 def _first_above(cdf: Array, start: Array, width: int, u: Array) -> Array:
@@ -143,3 +148,68 @@ def support_rows(key: Key, weights: Array, rows: int) -> Array:
     return systematic(
         key, weights[None].astype(jnp.float32), anywhere, jnp.int32(weights.shape[0]), anywhere[None]
     )
+
+
+# records visited one after another per lane: lanes split longer releases (each lane its own lags)
+_LANE_ROWS = 1 << 16
+
+
+@jax.jit
+def balanced(
+    key: Key, table: Array, group: Array, size: Array, cells: Array, keys: Array, lag: Array
+) -> Array:
+    """One column of categories whose counts track their expectations on several keys at once.
+
+    `systematic` rounds each group's counts and spreads them over runs of records sorted by the
+    strata, but a marginal over attributes that are neither the group's nor the first strata
+    (a sum over many groups) collects each group's rounding independently, as sampling noise.
+    Here the records are visited in a random order, each with a lag per category in its group
+    and in each of its key cells: the expected count so far (the records' rows of `table`,
+    normalised, its own included) less the count already given. A record takes, among the
+    categories its group still owes (lag > 0), the one of largest summed key lag. So within a
+    group every lag stays above -1 and, as they sum to 0, below C - 1 for C categories of
+    positive probability (each group's counts within that of their expectation: a proof), and
+    the key cells' counts stay close to theirs at once (a greedy, online form of the controlled
+    rounding of several tables; tests/families/test_pgm.py states the bounds seen). Records
+    are visited in lanes of up to 2^16, side by side, each with lags of its own.
+
+    Args:
+        key: the RELEASE stream key (or one derived from it).
+        table: (n_groups, width) unnormalised probabilities over the first `size` categories
+            (an all-zero row is uniform over them).
+        group: (rows,) int32 each record's row of `table` (rows a power of two).
+        size: () the real categories.
+        cells: (rows, k) int32 each record's cell in each tracked key (rows of `lag`; padding
+            records, and padding keys, point at a cell no real record uses).
+        keys: (k,) 1.0 for a real key, 0.0 for padding (k is padded: few compiled shapes).
+        lag: (n_cells, width) zeros: its shape sets the tracked cells' (the groups' follow).
+
+    Returns:
+        (rows,) int32 categories in [0, size), never one of probability 0 in its group's row.
+    """
+    rows = group.shape[0]
+    n_groups, width = table.shape
+    lanes = max(1, rows // _LANE_ROWS)
+    real = jnp.arange(width) < size
+    probs = _normalised(table, size)
+    order_key, tie_key = jax.random.split(key)
+    order = jax.random.permutation(order_key, rows).reshape(rows // lanes, lanes)
+    tracked = jnp.concatenate([lag.shape[0] + group[:, None], cells], axis=1)
+    lane = jnp.arange(lanes)[:, None]
+
+    def visit(lags, step):
+        visited = order[step]
+        p = probs[group[visited]]  # (lanes, width)
+        at = tracked[visited]  # (lanes, k + 1)
+        tracked_lags = lags[lane, at]  # (lanes, k + 1, width): the group's first
+        owed = tracked_lags[:, 0] + p > 0
+        # ties broken at random, far below the lag differences that decide
+        ties = jax.random.uniform(jax.random.fold_in(tie_key, step), (lanes, width), maxval=1e-4)
+        score = (tracked_lags[:, 1:] * keys[None, :, None]).sum(axis=1) + ties
+        choice = jnp.argmax(jnp.where(real[None] & (p > 0) & owed, score, -jnp.inf), axis=1)
+        given = p - jax.nn.one_hot(choice, width, dtype=p.dtype)
+        return lags.at[lane, at].add(given[:, None, :]), choice
+
+    lags = jnp.zeros((lanes, lag.shape[0] + n_groups, width), jnp.float32)
+    _, choices = jax.lax.scan(visit, lags, jnp.arange(rows // lanes))
+    return jnp.zeros(rows, jnp.int32).at[order.reshape(-1)].set(choices.reshape(-1).astype(jnp.int32))

@@ -162,7 +162,8 @@ class GraphicalModel(Family):
         return max(1, round(float(model.fitted.total)))
 
     def release(self, model: GraphicalState, key: Key, rows: int) -> Array:
-        return pgm.sample(key, _marginals_of(model.fitted).sampling_plan(), self.workload.sizes, rows)
+        plan = _marginals_of(model.fitted).sampling_plan()
+        return pgm.sample(key, plan, self.workload.sizes, rows, tracked=self.workload.cliques)
 
 
 _last_marginals: list = [None, None]

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.families import _junction
-from jaxdp.families._sampling import padded_length, systematic
+from jaxdp.families._sampling import balanced, padded_length, systematic
 from jaxdp.types import Array, Key
 
 Clique = tuple[int, ...]
@@ -524,7 +524,13 @@ def _logsumexp(table: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return np.log(np.sum(np.exp(table - peak), axis=axes)) + np.squeeze(peak, axis=axes)
 
 
-def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence[int], rows: int) -> Array:
+def sample(
+    key: Key,
+    plan: list[tuple[int, Clique, np.ndarray]],
+    sizes: Sequence[int],
+    rows: int,
+    tracked: Sequence[Clique] = (),
+) -> Array:
     """(rows, d) int32 records drawn from the model by ancestral, stratified sampling.
 
     Each attribute is drawn from its conditional given its parents (earlier attributes of its
@@ -535,6 +541,14 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
     cliques track the model's conditional independences too. Drawn independently, records would
     leave up to two records per cell off and their non-clique marginals noisy, and that shows in
     the workload error (bench/README.md, "AIM's records against its model").
+
+    `tracked` names the marginals whose records' counts should follow the model (the workload's,
+    over the model's domain). An attribute in one of them with attributes drawn before it that
+    are not all its parents (a marginal outside its clique, which sums over many parent groups)
+    is drawn by `balanced` instead, keeping its group's counts and those of every such key
+    (the marginal's other attributes) near their expectations at once (bench/README.md,
+    "Releases that keep what was measured"). Keys of more than 2^22 cells x categories, and
+    those past 2^26 record cells in all (the largest keys kept), are left to the strata.
 
     Tables are padded to powers of two above their parent groups (plus a spare group) and
     categories, and the rows to a power of two, so the sampler compiles once per bucket, not per
@@ -548,8 +562,8 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
         padded_length(max(joint.shape[1] for _, _, joint in plan)),
     )
     columns: dict[int, np.ndarray] = {}
-    strata = np.zeros((len(sizes), padded_rows), np.int32)  # the columns drawn so far, in order
-    for done, (a, parents, joint) in enumerate(plan):
+    drawn: list[int] = []
+    for a, parents, joint in plan:
         n_groups, size = joint.shape
         index = np.zeros(rows, np.int64)
         for p in parents:
@@ -563,16 +577,71 @@ def sample(key: Key, plan: list[tuple[int, Clique, np.ndarray]], sizes: Sequence
         table[:n_groups, :size] = joint
         group = np.full(padded_rows, shape[0] - 1, np.int32)
         group[:rows] = index
-        drawn = systematic(
-            jax.random.fold_in(key, a),
-            jnp.asarray(table),
-            jnp.asarray(group),
-            jnp.int32(size),
-            jnp.asarray(strata),
-        )
-        columns[a] = np.asarray(drawn)[:rows]
-        strata[done, :rows] = columns[a]
+        keys = _keys(a, parents, drawn, tracked, sizes, shape[1], rows)
+        if keys:
+            cells, n_cells = _key_cells(keys, columns, sizes, rows, padded_rows)
+            choice = balanced(
+                jax.random.fold_in(key, a),
+                jnp.asarray(table),
+                jnp.asarray(group),
+                jnp.int32(size),
+                jnp.asarray(cells),
+                jnp.asarray(np.arange(cells.shape[1]) < len(keys), jnp.float32),
+                jnp.zeros((padded_length(n_cells + 1), shape[1]), jnp.float32),
+            )
+        else:
+            strata = np.zeros((len(sizes), padded_rows), np.int32)
+            for k, b in enumerate(drawn):
+                strata[k, :rows] = columns[b]
+            choice = systematic(
+                jax.random.fold_in(key, a),
+                jnp.asarray(table),
+                jnp.asarray(group),
+                jnp.int32(size),
+                jnp.asarray(strata),
+            )
+        columns[a] = np.asarray(choice)[:rows]
+        drawn.append(a)
     return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
+
+
+# 16 MB of float32 lags per key (a lane's), 256 MB of int32 record cells in all: keys past
+# either are left to the strata
+_KEY_CELLS = 2**22
+_KEY_COLUMNS = 2**26
+
+
+def _keys(a: int, parents: Clique, drawn: list[int], tracked, sizes, width: int, rows: int) -> list[Clique]:
+    """The keys `a` is balanced over: each tracked marginal holding `a` whose other attributes
+    are drawn and are not exactly the parents of `a` contributes them (once; each of at most _KEY_CELLS
+    lags, and at most _KEY_COLUMNS record cells in all)."""
+    keys = set()
+    for clique in tracked:
+        rest = tuple(b for b in clique if b != a)
+        # a key equal to the parents is the group itself; any other sums over groups or splits them
+        summed = len(rest) < len(clique) and set(rest) <= set(drawn) and set(rest) != set(parents)
+        if summed and math.prod(sizes[b] for b in rest) * width <= _KEY_CELLS:
+            keys.add(rest)
+    # the most cells first (where counts are sparsest), as many as _KEY_COLUMNS allows
+    most = max(0, _KEY_COLUMNS // padded_length(rows))
+    return sorted(keys, key=lambda k: (-math.prod(sizes[b] for b in k), k))[:most]
+
+
+def _key_cells(keys, columns, sizes, rows: int, padded_rows: int) -> tuple[np.ndarray, int]:
+    """(padded_rows, padded keys) int32 each record's cell of each key, the keys' cells laid out
+    one after another; padding records and keys get the cell after them all. Also the number of
+    real cells."""
+    cells = np.zeros((padded_rows, padded_length(len(keys))), np.int64)
+    n_cells = 0
+    for j, k in enumerate(keys):
+        index = np.zeros(rows, np.int64)
+        for b in k:
+            index = index * sizes[b] + columns[b]
+        cells[:rows, j] = n_cells + index
+        n_cells += math.prod(sizes[b] for b in k)
+    cells[rows:] = n_cells
+    cells[:, len(keys) :] = n_cells
+    return cells.astype(np.int32), n_cells
 
 
 # 16 MB of float32: above it, padding every table to the largest would cost more than compiling
