@@ -565,9 +565,7 @@ def sample(
     drawn: list[int] = []
     for a, parents, joint in plan:
         n_groups, size = joint.shape
-        index = np.zeros(rows, np.int64)
-        for p in parents:
-            index = index * sizes[p] + columns[p]
+        index = _cell_index(parents, columns, sizes, rows)
         shape = (
             shared
             if math.prod(shared) <= _SHARED_TABLE_CELLS
@@ -578,28 +576,17 @@ def sample(
         group = np.full(padded_rows, shape[0] - 1, np.int32)
         group[:rows] = index
         keys = _keys(a, parents, drawn, tracked, sizes, shape[1], rows)
+        column = (jax.random.fold_in(key, a), jnp.asarray(table), jnp.asarray(group), jnp.int32(size))
         if keys:
             cells, n_cells = _key_cells(keys, columns, sizes, rows, padded_rows)
-            choice = balanced(
-                jax.random.fold_in(key, a),
-                jnp.asarray(table),
-                jnp.asarray(group),
-                jnp.int32(size),
-                jnp.asarray(cells),
-                jnp.asarray(np.arange(cells.shape[1]) < len(keys), jnp.float32),
-                jnp.zeros((padded_length(n_cells + 1), shape[1]), jnp.float32),
-            )
+            real_keys = jnp.asarray(np.arange(cells.shape[1]) < len(keys), jnp.float32)
+            lag = jnp.zeros((padded_length(n_cells + 1), shape[1]), jnp.float32)
+            choice = balanced(*column, jnp.asarray(cells), real_keys, lag)
         else:
             strata = np.zeros((len(sizes), padded_rows), np.int32)
             for k, b in enumerate(drawn):
                 strata[k, :rows] = columns[b]
-            choice = systematic(
-                jax.random.fold_in(key, a),
-                jnp.asarray(table),
-                jnp.asarray(group),
-                jnp.int32(size),
-                jnp.asarray(strata),
-            )
+            choice = systematic(*column, jnp.asarray(strata))
         columns[a] = np.asarray(choice)[:rows]
         drawn.append(a)
     return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
@@ -627,6 +614,14 @@ def _keys(a: int, parents: Clique, drawn: list[int], tracked, sizes, width: int,
     return sorted(keys, key=lambda k: (-math.prod(sizes[b] for b in k), k))[:most]
 
 
+def _cell_index(attributes: Clique, columns, sizes, rows: int) -> np.ndarray:
+    """(rows,) int64 each record's flat cell over `attributes` (row-major, the first slowest)."""
+    index = np.zeros(rows, np.int64)
+    for b in attributes:
+        index = index * sizes[b] + columns[b]
+    return index
+
+
 def _key_cells(keys, columns, sizes, rows: int, padded_rows: int) -> tuple[np.ndarray, int]:
     """(padded_rows, padded keys) int32 each record's cell of each key, the keys' cells laid out
     one after another; padding records and keys get the cell after them all. Also the number of
@@ -634,10 +629,7 @@ def _key_cells(keys, columns, sizes, rows: int, padded_rows: int) -> tuple[np.nd
     cells = np.zeros((padded_rows, padded_length(len(keys))), np.int64)
     n_cells = 0
     for j, k in enumerate(keys):
-        index = np.zeros(rows, np.int64)
-        for b in k:
-            index = index * sizes[b] + columns[b]
-        cells[:rows, j] = n_cells + index
+        cells[:rows, j] = n_cells + _cell_index(k, columns, sizes, rows)
         n_cells += math.prod(sizes[b] for b in k)
     cells[rows:] = n_cells
     cells[:, len(keys) :] = n_cells
