@@ -21,6 +21,20 @@ import numpy as np
 import jaxdp
 from jaxdp import api
 
+TABLES = ("adult-reduced", "adult6", "binary16")
+
+
+def load_table(name: str) -> jaxdp.Dataset:
+    """The bundled ADULT-reduced, or bench_aim's 6-attribute ADULT (from ../shared) or binary16."""
+    if name == "adult-reduced":
+        return jaxdp.datasets.load("adult-reduced")
+    import bench_aim  # beside this script (the child runs in bench/)
+
+    data = bench_aim.load_adult(6) if name == "adult6" else bench_aim.binary16()
+    if data is None:
+        raise SystemExit("6-attribute ADULT needs ../shared/data/private-pgm beside the checkout")
+    return data
+
 
 def digest(result) -> str:
     h = hashlib.sha256()
@@ -36,8 +50,9 @@ def main() -> None:
     parser.add_argument("--mechanism", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
     parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--table", choices=TABLES, default="adult-reduced")
     args = parser.parse_args()
-    data = jaxdp.datasets.load("adult-reduced")
+    data = load_table(args.table)
     workload = jaxdp.queries.all_kway(data.domain.sizes, 3)
     spec = api.mechanism_spec(args.mechanism)
     # the public variants get every tenth record as their "public" table
@@ -66,7 +81,17 @@ def main() -> None:
     commit = subprocess.run(
         ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=root
     ).stdout.strip()
-    print(json.dumps({"mechanism": args.mechanism, "code_root": str(root), "commit": commit, "seeds": seeds}))
+    print(
+        json.dumps(
+            {
+                "mechanism": args.mechanism,
+                "table": args.table,
+                "code_root": str(root),
+                "commit": commit,
+                "seeds": seeds,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
