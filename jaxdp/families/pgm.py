@@ -553,7 +553,7 @@ def sample(
     Tables are padded to powers of two above their parent groups (plus a spare group) and
     categories, and the rows to a power of two, so the sampler compiles once per bucket, not per
     attribute or row count; while the largest padded table is small, every attribute shares its
-    shape (one compile per release). Padded categories have probability 0 and are never chosen;
+    shape, and so do the balanced columns (one compile each per release). Padded categories have probability 0 and are never chosen;
     padded rows form a group of their own (the spare last one) and are dropped.
     """
     padded_rows = padded_length(rows)
@@ -561,34 +561,40 @@ def sample(
         padded_length(max(joint.shape[0] for _, _, joint in plan) + 1),
         padded_length(max(joint.shape[1] for _, _, joint in plan)),
     )
+    shapes, keys = [], []
+    for i, (a, parents, joint) in enumerate(plan):
+        own = (padded_length(joint.shape[0] + 1), padded_length(joint.shape[1]))
+        shapes.append(shared if math.prod(shared) <= _SHARED_TABLE_CELLS else own)
+        drawn = [b for b, _, _ in plan[:i]]
+        keys.append(_keys(a, parents, drawn, tracked, sizes, shapes[-1][1], rows))
+    # the balanced columns share one shape too (keys and lag cells padded to the most of any)
+    shared_keys = (
+        padded_length(max(len(k) for k in keys)),
+        padded_length(max(sum(math.prod(sizes[b] for b in key) for key in k) for k in keys) + 1),
+    )
     columns: dict[int, np.ndarray] = {}
-    drawn: list[int] = []
-    for a, parents, joint in plan:
+    for i, (a, parents, joint) in enumerate(plan):
         n_groups, size = joint.shape
-        index = _cell_index(parents, columns, sizes, rows)
-        shape = (
-            shared
-            if math.prod(shared) <= _SHARED_TABLE_CELLS
-            else (padded_length(n_groups + 1), padded_length(size))
-        )
+        shape = shapes[i]
         table = np.zeros(shape, np.float32)
         table[:n_groups, :size] = joint
         group = np.full(padded_rows, shape[0] - 1, np.int32)
-        group[:rows] = index
-        keys = _keys(a, parents, drawn, tracked, sizes, shape[1], rows)
+        group[:rows] = _cell_index(parents, columns, sizes, rows)
         column = (jax.random.fold_in(key, a), jnp.asarray(table), jnp.asarray(group), jnp.int32(size))
-        if keys:
-            cells, n_cells = _key_cells(keys, columns, sizes, rows, padded_rows)
-            real_keys = jnp.asarray(np.arange(cells.shape[1]) < len(keys), jnp.float32)
-            lag = jnp.zeros((padded_length(n_cells + 1), shape[1]), jnp.float32)
-            choice = balanced(*column, jnp.asarray(cells), real_keys, lag)
+        if keys[i]:
+            width = shared_keys[0] if shape == shared else padded_length(len(keys[i]))
+            cells, n_cells = _key_cells(keys[i], columns, sizes, rows, padded_rows, width)
+            lag_rows = shared_keys[1] if shape == shared else padded_length(n_cells + 1)
+            real_keys = jnp.asarray(np.arange(width) < len(keys[i]), jnp.float32)
+            choice = balanced(
+                *column, jnp.asarray(cells), real_keys, jnp.zeros((lag_rows, shape[1]), jnp.float32)
+            )
         else:
             strata = np.zeros((len(sizes), padded_rows), np.int32)
-            for k, b in enumerate(drawn):
+            for k, (b, _, _) in enumerate(plan[:i]):
                 strata[k, :rows] = columns[b]
             choice = systematic(*column, jnp.asarray(strata))
         columns[a] = np.asarray(choice)[:rows]
-        drawn.append(a)
     return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
 
 
@@ -622,11 +628,11 @@ def _cell_index(attributes: Clique, columns, sizes, rows: int) -> np.ndarray:
     return index
 
 
-def _key_cells(keys, columns, sizes, rows: int, padded_rows: int) -> tuple[np.ndarray, int]:
-    """(padded_rows, padded keys) int32 each record's cell of each key, the keys' cells laid out
-    one after another; padding records and keys get the cell after them all. Also the number of
-    real cells."""
-    cells = np.zeros((padded_rows, padded_length(len(keys))), np.int64)
+def _key_cells(keys, columns, sizes, rows: int, padded_rows: int, width: int) -> tuple[np.ndarray, int]:
+    """(padded_rows, width) int32 each record's cell of each key, the keys' cells laid out one
+    after another; padding records and the `width - len(keys)` padding keys get the cell after
+    them all. Also the number of real cells."""
+    cells = np.zeros((padded_rows, width), np.int64)
     n_cells = 0
     for j, k in enumerate(keys):
         cells[:rows, j] = n_cells + _cell_index(k, columns, sizes, rows)
