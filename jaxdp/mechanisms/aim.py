@@ -13,6 +13,15 @@ a preset of `jaxdp.adaptive`.
 The rule is `jaxdp.selection.AIMSelection`, the family `jaxdp.families.GraphicalModel`
 (Private-PGM's estimator, compiled once whatever the measured cliques); the driver and the error
 bounds are `jaxdp.mechanisms.annealed.Annealed`'s.
+
+Beyond the paper, by default: domain compression after round 0 (MST's, post-processing; it
+changes the cells n_r that the scores, the annealing test, the model size and the error bounds
+count, so `compress=None` runs the paper's algorithm), exact discrete Gaussian noise and
+exponential mechanism, fits that stop early (`tol`), and records released by rounding rather
+than drawn independently (`jaxdp.families.pgm.sample`). Checked against the paper's Algorithms
+2-4 and Section 5 (constants, round 0's charge, the annealing test, the final round, the size
+filter, the bounds): the same, with the paper's 1/sigma loss weights read as its maximum
+likelihood estimate (1/sigma^2, as Private-PGM).
 """
 
 from __future__ import annotations
