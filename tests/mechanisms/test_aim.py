@@ -439,9 +439,11 @@ def test_bad_noise_is_refused():
 
 def test_released_records_round_the_model_on_its_measured_cliques():
     """Each measured clique's counts over the released records are the model's marginal times
-    the rows, rounded: within 2 records per cell (at most 1.75 over these 4 seeds), where records
-    drawn independently miss by about sqrt(rows p) (negative control: one multinomial draw per
-    clique, tens of records off). The same key replays the same records, as many as asked."""
+    the rows, rounded: within 3 records per cell (at most 2.35 over seeds 0-9: `pgm.sample`
+    rounds each parent group's counts and balances the workload's marginals across the groups,
+    each cell to a record or two), where records drawn independently miss by about sqrt(rows p)
+    (negative control: one multinomial draw per clique, tens of records off). The same key
+    replays the same records, as many as asked."""
     from jaxdp.families.graphical import _marginals_of
     from jaxdp.queries import MarginalWorkload
 
@@ -464,7 +466,7 @@ def test_released_records_round_the_model_on_its_measured_cliques():
         for i, clique in enumerate(measured.cliques):
             cells = slice(measured.offsets[i], measured.offsets[i] + measured.cells[i])
             expected = rows * model.marginal(clique)
-            assert np.abs(counts[cells] - expected).max() <= 2.0, (seed, clique)
+            assert np.abs(counts[cells] - expected).max() <= 3.0, (seed, clique)
             if len(clique) == 2:
                 drawn = control.multinomial(rows, expected / expected.sum())
-                assert np.abs(drawn - expected).max() > 2.0
+                assert np.abs(drawn - expected).max() > 3.0
