@@ -574,6 +574,7 @@ def sample(
         padded_length(max(sum(math.prod(sizes[b] for b in key) for key in k) for k in keys) + 1),
     )
     columns: dict[int, np.ndarray] = {}
+    strata = np.zeros((len(sizes), padded_rows), np.int32)  # the columns drawn so far, in order
     for i, (a, parents, joint) in enumerate(plan):
         n_groups, size = joint.shape
         shape = shapes[i]
@@ -591,11 +592,9 @@ def sample(
                 *column, jnp.asarray(cells), real_keys, jnp.zeros((lag_rows, shape[1]), jnp.float32)
             )
         else:
-            strata = np.zeros((len(sizes), padded_rows), np.int32)
-            for k, (b, _, _) in enumerate(plan[:i]):
-                strata[k, :rows] = columns[b]
             choice = systematic(*column, jnp.asarray(strata))
         columns[a] = np.asarray(choice)[:rows]
+        strata[i, :rows] = columns[a]
     return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
 
 
