@@ -14,9 +14,9 @@ XLA compile per round. Here the tree is data instead of program structure:
   the smallest tree node holding it; a measured clique's counts are summed from the smallest
   potential clique holding it.
 
-Every index array is padded to a fixed multiple of one power-of-two scale (`scale_for`), with
-spare slots that absorb the padding; so the program compiles once per scale, and a whole AIM run
-reaches a few scales however many rounds it runs.
+Every kind of index array is padded to a power-of-two length of its own (`Layout`), with spare
+slots that absorb the padding; so the program compiles once per layout, and a whole AIM run
+reaches a few layouts however many rounds it runs.
 
 The optimisation is mbi's `MirrorDescent` step for step (Armijo line search, step size
 2 / (L total), blocks of 50 iterations, the same early stop), on the same loss
@@ -45,29 +45,50 @@ Clique = tuple[int, ...]
 BLOCK = 50
 PATIENCE = 2
 
-# Every array of a `TreeProgram` has length SHARES[kind] * scale for one power-of-two scale, so a
-# program has a single shape parameter and a run compiles once per scale it reaches. The shares
-# follow typical proportions (a node has one or two neighbours; a few potentials share a node),
-# and any overflow raises the scale instead of failing. MIN_SCALE: below it a program costs about
-# the same to run, and one compile serves every small model.
-SHARES = {"cells": 1, "messages": 1, "pairs": 2, "home": 8, "potentials": 1, "route": 2, "measured": 1}
-MIN_SCALE = 2**11
+# The kinds of arrays of a program (see `TreeProgram`). Each is padded to a power of two of its
+# own: padding every kind to one scale in fixed proportions wasted most of the work where a model's
+# proportions differed (bnet9's potentials lie in few large nodes: the home pairs filled a fifth
+# of their share, and the fit ran 1.7x slower). MIN_LENGTH: below it a program costs about the
+# same to run, and one compile serves every small model.
+KINDS = ("cells", "messages", "pairs", "home", "potentials", "route", "measured")
+MIN_LENGTH = 2**11
+
+# Once a kind is more than PREFETCH_FILL full, the layout with it doubled is compiled in the
+# background (XLA compiles on another core while this one fits): a model grows round by round,
+# so a run rarely waits for a compile after its first.
+PREFETCH_FILL = 0.6
 
 
-def scale_for(lengths: dict[str, int]) -> int:
-    """The smallest power-of-two scale (at least `MIN_SCALE`) at which every kind of array holds
-    its `lengths` entries plus the spare slot."""
-    scale = MIN_SCALE
-    while any(n + 1 > SHARES[kind] * scale for kind, n in lengths.items()):
-        scale *= 2
-    return scale
+class Layout(NamedTuple):
+    """The padded length of each kind of array (in `KINDS` order; a program compiles once per
+    layout) and how many entries of each are real."""
+
+    lengths: tuple[int, ...]
+    used: tuple[int, ...]
+
+    @classmethod
+    def holding(cls, used: dict[str, int]) -> Layout:
+        """The smallest layout whose arrays hold `used` entries of each kind plus a spare slot."""
+        counts = tuple(used[kind] for kind in KINDS)
+        return cls(tuple(max(MIN_LENGTH, 1 << n.bit_length()) for n in counts), counts)
+
+    def length(self, kind: str) -> int:
+        return self.lengths[KINDS.index(kind)]
+
+    def grown(self) -> tuple[int, ...]:
+        """The lengths with every kind past `PREFETCH_FILL` doubled (the layout a growing model
+        reaches next)."""
+        return tuple(
+            2 * n if used + 1 > PREFETCH_FILL * n else n
+            for n, used in zip(self.lengths, self.used, strict=True)
+        )
 
 
 class TreeProgram(NamedTuple):
     """Index arrays that run belief propagation and mirror descent on one junction tree. Each
-    kind of array (cells, messages, pairs, home, potentials, route, measured) has its own length,
-    a fixed multiple of one scale (`SHARES`); the last slot of the cells, messages, potentials
-    and measured cells is a spare: padding points there and it never feeds a real value.
+    kind of array (`KINDS`) has its own padded length (`Layout`); the last slot of the cells,
+    messages, potentials and measured cells is a spare: padding points there and it never feeds
+    a real value.
 
     node_of_cell: (cells,) each cell's tree node. pair_cell, pair_in, pair_out: (pairs,) for each
     (cell of node s, neighbour t) the cell, the index of the message t -> s it reads at the cell's
@@ -89,14 +110,6 @@ class TreeProgram(NamedTuple):
     route_measured: np.ndarray
     sweeps: int
 
-    @property
-    def scale(self) -> int:
-        return int(self.node_of_cell.shape[0]) // SHARES["cells"]
-
-    def length(self, kind: str) -> int:
-        """The length of the arrays of one kind (see `SHARES`)."""
-        return SHARES[kind] * self.scale
-
 
 def maximal(cliques: Sequence[Clique]) -> list[Clique]:
     """The cliques not inside another one (the model's potentials live on these)."""
@@ -105,14 +118,14 @@ def maximal(cliques: Sequence[Clique]) -> list[Clique]:
 
 def build_program(
     tree: Any, sizes: Sequence[int], potentials: Sequence[Clique], measured: Sequence[Clique]
-) -> tuple[TreeProgram, float]:
+) -> tuple[TreeProgram, Layout]:
     """The `TreeProgram` of a junction tree (networkx graph over ascending attribute tuples,
     possibly a forest) with log-potentials on the cliques `potentials` (each inside a tree node)
     fitted to measurements on `measured` (each inside a potential clique). Cliques have
     ascending attributes; their cells are row-major and concatenated in the order given.
 
     Returns:
-        (the program, its fill: the largest share of any kind of array in use, in (0, 1]).
+        (the program, its layout).
     """
     import networkx as nx  # a dependency of mbi
 
@@ -134,26 +147,23 @@ def build_program(
             pair_out.append(messages[(node, other)] + separator)
     home_cell, home_potential = _containment(nodes, potentials, sizes)
     route_potential, route_measured = _containment(potentials, measured, sizes)
-    lengths = {
-        "cells": int(cell_start[-1]),
-        "messages": n_messages,
-        "pairs": _total(pair_cell),
-        "home": _total(home_cell),
-        "potentials": sum(math.prod(sizes[a] for a in c) for c in potentials),
-        "route": _total(route_measured),
-        "measured": sum(math.prod(sizes[a] for a in c) for c in measured),
-    }
-    scale = scale_for(lengths)
-    fill = max((n + 1) / (SHARES[kind] * scale) for kind, n in lengths.items())
-    cells, messages, potentials_length, measured_length = (
-        SHARES[kind] * scale for kind in ("cells", "messages", "potentials", "measured")
+    layout = Layout.holding(
+        {
+            "cells": int(cell_start[-1]),
+            "messages": n_messages,
+            "pairs": _total(pair_cell),
+            "home": _total(home_cell),
+            "potentials": sum(math.prod(sizes[a] for a in c) for c in potentials),
+            "route": _total(route_measured),
+            "measured": sum(math.prod(sizes[a] for a in c) for c in measured),
+        }
     )
+    cells, messages, pairs, home, potentials_length, route, measured_length = layout.lengths
     node_of_cell = np.full(cells, cells - 1, np.int32)
     node_of_cell[: cell_start[-1]] = np.repeat(np.arange(len(nodes)), cell_count)
     message_real = np.zeros(messages, bool)
     message_real[:n_messages] = True
     sweeps = max((nx.diameter(tree.subgraph(c)) for c in nx.connected_components(tree)), default=0)
-    pairs, home, route = (SHARES[kind] * scale for kind in ("pairs", "home", "route"))
     program = TreeProgram(
         node_of_cell=node_of_cell,
         pair_cell=_padded(pair_cell, pairs, cells - 1),
@@ -166,7 +176,7 @@ def build_program(
         route_measured=_padded(route_measured, route, measured_length - 1),
         sweeps=np.int32(sweeps),
     )
-    return program, fill
+    return program, layout
 
 
 def _containment(
@@ -323,17 +333,14 @@ def mirror_descent(
     return state.theta, state.loss, blocks
 
 
-# Compiled mirror descent, one per scale. A model grows round by round, so once a program is more
-# than PREFETCH_FILL full the next scale's program is compiled in the background (XLA compiles on
-# another core while this one fits): a run rarely waits for a compile after its first.
-PREFETCH_FILL = 0.6
-_executables: dict[int, concurrent.futures.Future] = {}
+# Compiled mirror descent, one per layout (compiled in the background: see `PREFETCH_FILL`)
+_executables: dict[tuple[int, ...], concurrent.futures.Future] = {}
 _compiler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxdp-compile")
 
 
 def fit(
     program: TreeProgram,
-    fill: float,
+    layout: Layout,
     theta: np.ndarray,
     noisy: np.ndarray,
     precision: np.ndarray,
@@ -342,30 +349,30 @@ def fit(
     max_blocks: int,
     tol: float,
 ) -> tuple[Array, Array, Array]:
-    """`mirror_descent` by the compiled program of the program's scale (see `mirror_descent` for
-    the arguments; `fill` from `build_program`)."""
-    compiled = _executable(program.scale)
-    if fill > PREFETCH_FILL:
-        prefetch(2 * program.scale)
+    """`mirror_descent` by the compiled program of the program's layout (see `mirror_descent`
+    for the arguments; `layout` from `build_program`)."""
+    compiled = _executable(layout.lengths)
+    if layout.grown() != layout.lengths:
+        prefetch(layout.grown())
     scalars = (np.float32(total), np.float32(alpha), np.int32(max_blocks), np.float32(tol))
     return compiled(program, theta, noisy, precision, *scalars)
 
 
-def prefetch(scale: int = MIN_SCALE) -> None:
-    """Start compiling the program of `scale` in the background (AIM's factory asks for the
-    first one, so round 0's fit finds it compiled while the records are being counted)."""
-    _executable(scale, wait=False)
+def prefetch(lengths: tuple[int, ...] = (MIN_LENGTH,) * len(KINDS)) -> None:
+    """Start compiling the program of a layout's `lengths` in the background (AIM's factory asks
+    for the smallest, so round 0's fit finds it compiled while the records are being counted)."""
+    _executable(lengths, wait=False)
 
 
-def _executable(scale: int, *, wait: bool = True):
-    if scale not in _executables:
-        _executables[scale] = _compiler.submit(_compile, scale)
-    return _executables[scale].result() if wait else None
+def _executable(lengths: tuple[int, ...], *, wait: bool = True):
+    if lengths not in _executables:
+        _executables[lengths] = _compiler.submit(_compile, lengths)
+    return _executables[lengths].result() if wait else None
 
 
-def _compile(scale: int):
+def _compile(lengths: tuple[int, ...]):
     def shaped(kind: str, dtype) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct((SHARES[kind] * scale,), dtype)
+        return jax.ShapeDtypeStruct((lengths[KINDS.index(kind)],), dtype)
 
     program = TreeProgram(
         node_of_cell=shaped("cells", jnp.int32),

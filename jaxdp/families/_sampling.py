@@ -156,7 +156,14 @@ _LANE_ROWS = 1 << 16
 
 @jax.jit
 def balanced(
-    key: Key, table: Array, group: Array, size: Array, cells: Array, keys: Array, lag: Array
+    key: Key,
+    table: Array,
+    group: Array,
+    size: Array,
+    cells: Array,
+    keys: Array,
+    lag: Array,
+    real_rows: Array,
 ) -> Array:
     """One column of categories whose counts track their expectations on several keys at once.
 
@@ -171,7 +178,8 @@ def balanced(
     positive probability (each group's counts within that of their expectation: a proof), and
     the key cells' counts stay close to theirs at once (a greedy, online form of the controlled
     rounding of several tables; tests/families/test_pgm.py states the bounds seen). Records
-    are visited in lanes of up to 2^16, side by side, each with lags of its own.
+    are visited in lanes of up to 2^16, side by side, each with lags of its own; the padding
+    records come after the real ones and are not visited (a padded length costs no steps).
 
     Args:
         key: the RELEASE stream key (or one derived from it).
@@ -183,6 +191,7 @@ def balanced(
             records, and padding keys, point at a cell no real record uses).
         keys: (k,) 1.0 for a real key, 0.0 for padding (k is padded: few compiled shapes).
         lag: (n_cells, width) zeros: its shape sets the tracked cells' (the groups' follow).
+        real_rows: () the records before the padding (the rows past it get category 0).
 
     Returns:
         (rows,) int32 categories in [0, size), never one of probability 0 in its group's row.
@@ -193,11 +202,15 @@ def balanced(
     real = jnp.arange(width) < size
     probs = _normalised(table, size)
     order_key, tie_key = jax.random.split(key)
-    order = jax.random.permutation(order_key, rows).reshape(rows // lanes, lanes)
+    shuffled = jax.random.permutation(order_key, rows)
+    # the real records in random order, then the padding: the visits stop after the real ones
+    order = shuffled[jnp.argsort(shuffled >= real_rows, stable=True)].reshape(rows // lanes, lanes)
+    steps = (real_rows + lanes - 1) // lanes
     tracked = jnp.concatenate([lag.shape[0] + group[:, None], cells], axis=1)
     lane = jnp.arange(lanes)[:, None]
 
-    def visit(lags, step):
+    def visit(step, carry):
+        lags, choices = carry
         visited = order[step]
         p = probs[group[visited]]  # (lanes, width)
         at = tracked[visited]  # (lanes, k + 1)
@@ -208,8 +221,9 @@ def balanced(
         score = (tracked_lags[:, 1:] * keys[None, :, None]).sum(axis=1) + ties
         choice = jnp.argmax(jnp.where(real[None] & (p > 0) & owed, score, -jnp.inf), axis=1)
         given = p - jax.nn.one_hot(choice, width, dtype=p.dtype)
-        return lags.at[lane, at].add(given[:, None, :]), choice
+        return lags.at[lane, at].add(given[:, None, :]), choices.at[step].set(choice.astype(jnp.int32))
 
     lags = jnp.zeros((lanes, lag.shape[0] + n_groups, width), jnp.float32)
-    _, choices = jax.lax.scan(visit, lags, jnp.arange(rows // lanes))
-    return jnp.zeros(rows, jnp.int32).at[order.reshape(-1)].set(choices.reshape(-1).astype(jnp.int32))
+    choices = jnp.zeros((rows // lanes, lanes), jnp.int32)
+    _, choices = jax.lax.fori_loop(0, steps, visit, (lags, choices))
+    return jnp.zeros(rows, jnp.int32).at[order.reshape(-1)].set(choices.reshape(-1))

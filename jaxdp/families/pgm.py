@@ -209,19 +209,19 @@ def estimate(
     )
     tree, _ = mbi.junction_tree.make_junction_tree(domain, cliques)
     maximal = _junction.maximal(cliques)
-    program, fill = _junction.build_program(tree, sizes, maximal, cliques)
-    theta = np.zeros(program.length("potentials"), np.float32)
+    program, layout = _junction.build_program(tree, sizes, maximal, cliques)
+    theta = np.zeros(layout.length("potentials"), np.float32)
     theta_start = np.cumsum([0] + [math.prod(sizes[a] for a in c) for c in maximal])
     for i, table in enumerate(_warm(warm_start, maximal, sizes)):
         theta[theta_start[i] : theta_start[i + 1]] = table.reshape(-1)
-    noisy, precision = (np.zeros(program.length("measured"), np.float32) for _ in range(2))
+    noisy, precision = (np.zeros(layout.length("measured"), np.float32) for _ in range(2))
     start = np.cumsum([0] + [m.noisy.size for m in merged])
     for i, m in enumerate(merged):
         noisy[start[i] : start[i + 1]] = m.noisy
         precision[start[i] : start[i + 1]] = 1.0 / m.variances()
     theta, _, _ = _junction.fit(
         program,
-        fill,
+        layout,
         theta,
         noisy,
         precision,
@@ -562,17 +562,20 @@ def sample(
         padded_length(max(joint.shape[0] for _, _, joint in plan) + 1),
         padded_length(max(joint.shape[1] for _, _, joint in plan)),
     )
-    shapes, keys = [], []
-    for i, (a, parents, joint) in enumerate(plan):
-        own = (padded_length(joint.shape[0] + 1), padded_length(joint.shape[1]))
-        shapes.append(shared if math.prod(shared) <= _SHARED_TABLE_CELLS else own)
-        drawn = [b for b, _, _ in plan[:i]]
-        keys.append(_keys(a, parents, drawn, tracked, sizes, shapes[-1][1], rows))
+    owns = [(padded_length(joint.shape[0] + 1), padded_length(joint.shape[1])) for _, _, joint in plan]
+    shapes = [shared if math.prod(shared) <= _SHARED_TABLE_CELLS else own for own in owns]
+    keys = [
+        _keys(a, parents, [b for b, _, _ in plan[:i]], tracked, sizes, shapes[i][1], rows)
+        for i, (a, parents, _) in enumerate(plan)
+    ]
     # the balanced columns share one shape too (keys and lag cells padded to the most of any)
+    # while a visit of every record at that shape stays cheap; past it each has its own
     shared_keys = (
         padded_length(max(len(k) for k in keys)),
         padded_length(max(sum(math.prod(sizes[b] for b in key) for key in k) for k in keys) + 1),
     )
+    if padded_rows * shared_keys[0] * shared[1] > _SHARED_BALANCED_WORK:
+        shapes = [own if k else shape for own, shape, k in zip(owns, shapes, keys, strict=True)]
     columns: dict[int, np.ndarray] = {}
     strata = np.zeros((len(sizes), padded_rows), np.int32)  # the columns drawn so far, in order
     for i, (a, parents, joint) in enumerate(plan):
@@ -588,9 +591,8 @@ def sample(
             cells, n_cells = _key_cells(keys[i], columns, sizes, rows, padded_rows, width)
             lag_rows = shared_keys[1] if shape == shared else padded_length(n_cells + 1)
             real_keys = jnp.asarray(np.arange(width) < len(keys[i]), jnp.float32)
-            choice = balanced(
-                *column, jnp.asarray(cells), real_keys, jnp.zeros((lag_rows, shape[1]), jnp.float32)
-            )
+            lags = jnp.zeros((lag_rows, shape[1]), jnp.float32)
+            choice = balanced(*column, jnp.asarray(cells), real_keys, lags, jnp.int32(rows))
         else:
             choice = systematic(*column, jnp.asarray(strata))
         columns[a] = np.asarray(choice)[:rows]
@@ -644,3 +646,7 @@ def _key_cells(keys, columns, sizes, rows: int, padded_rows: int, width: int) ->
 
 # 16 MB of float32: above it, padding every table to the largest would cost more than compiling
 _SHARED_TABLE_CELLS = 2**22
+# record x key x category lags gathered per balanced column: above it, a balanced column padded
+# to the widest one costs more than a compile of its own (bnet9's 512 categories and 32 keys
+# padded: 5 s a column on the 2-core CPU, where most need 33 categories and 8 keys)
+_SHARED_BALANCED_WORK = 2**26

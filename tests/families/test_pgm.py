@@ -161,7 +161,8 @@ def test_the_sampler_spreads_categories_over_the_attributes_drawn_before():
         assert np.abs(control - expected).max() > 10.0, seed
 
 
-def test_tracked_marginals_keep_their_counts_across_parent_groups():
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-shape", "own-shapes"])
+def test_tracked_marginals_keep_their_counts_across_parent_groups(shared, monkeypatch):
     """D's parent is B; C is drawn before D but is not its parent, so the (C, D) marginal sums
     D's rounding over every B group (and, along the strata, every run of A). Tracking (C, D)
     draws D by `balanced`. Within a group a record takes only a category whose lag (expected
@@ -172,7 +173,10 @@ def test_tracked_marginals_keep_their_counts_across_parent_groups():
     records of their expectation per lane (seen over 10 keys: at most 1.5 on one lane, 1.9 on
     two). A category of probability 0 is never drawn, and the release has exactly the rows
     asked. Negative control: untracked, the strata (A first, 30 values) leave the (C, D) counts
-    off by more than 5 records (seen 8-11)."""
+    off by more than 5 records (seen 8-11). The same holds whether the balanced columns share
+    one padded shape or each has its own (large releases)."""
+    if not shared:
+        monkeypatch.setattr(pgm, "_SHARED_BALANCED_WORK", 0)
     rng = np.random.default_rng(0)
     d = rng.dirichlet(np.ones(5), size=3)
     d[0, 2] = 0.0
@@ -282,15 +286,15 @@ def test_tree_program_computes_exact_marginals(pairs):
     measured = tuple(sorted({m.clique for m in _measurements(pairs)}))
     potentials = tuple(_junction.maximal(measured))
     tree, _ = mbi.junction_tree.make_junction_tree(pgm.mbi_domain(sizes), measured)
-    program, _ = _junction.build_program(tree, sizes, potentials, measured)
+    program, layout = _junction.build_program(tree, sizes, potentials, measured)
     rng = np.random.default_rng(5)
     tables = tuple(rng.normal(scale=2.0, size=[sizes[a] for a in c]) for c in potentials)
-    theta = np.zeros(program.length("potentials"), np.float32)
+    theta = np.zeros(layout.length("potentials"), np.float32)
     flat = np.concatenate([t.reshape(-1) for t in tables])
     theta[: flat.size] = flat
     total = 250.0
     counts = _junction._potential_counts(program, theta, np.float32(total), np.int32(program.sweeps))
-    measured_counts = np.asarray(_junction._measured(program, counts, program.length("measured")))
+    measured_counts = np.asarray(_junction._measured(program, counts, layout.length("measured")))
     joint = _brute_force_joint(pgm.Model(sizes, potentials, tables, total))
     expected = np.concatenate(
         [joint.sum(axis=tuple(a for a in range(5) if a not in c)).reshape(-1) for c in measured]
@@ -310,14 +314,22 @@ def test_estimate_compiles_once_whatever_the_cliques():
     assert built == []
 
 
-def test_scale_grows_with_the_model_and_holds_every_array():
+def test_layout_pads_each_kind_to_the_smallest_power_of_two_holding_it():
     from jaxdp.families import _junction
 
-    assert _junction.scale_for({"cells": 10, "home": 10}) == _junction.MIN_SCALE
-    lengths = {"cells": 5000, "home": 9 * 5000, "pairs": 100}
-    scale = _junction.scale_for(lengths)
-    assert all(n + 1 <= _junction.SHARES[k] * scale for k, n in lengths.items())
-    assert any(n + 1 > _junction.SHARES[k] * scale // 2 for k, n in lengths.items())  # the smallest
+    small = _junction.Layout.holding(dict.fromkeys(_junction.KINDS, 10))
+    assert small.lengths == (_junction.MIN_LENGTH,) * len(_junction.KINDS)
+    assert small.grown() == small.lengths
+    used = dict.fromkeys(_junction.KINDS, 100) | {"cells": 5000, "home": 9 * 5000, "pairs": 2**13 - 1}
+    layout = _junction.Layout.holding(used)
+    for kind, n in used.items():
+        length = layout.length(kind)
+        assert length & (length - 1) == 0  # a power of two
+        assert n + 1 <= length and (length == _junction.MIN_LENGTH or n + 1 > length // 2), kind
+    # the pairs fill their length exactly (the spare slot included): the next layout doubles them
+    grown = dict(zip(_junction.KINDS, layout.grown(), strict=True))
+    assert grown["pairs"] == 2 * layout.length("pairs") and grown["cells"] == 2 * layout.length("cells")
+    assert grown["measured"] == layout.length("measured")
 
 
 def test_model_size_is_mbis_jt_size():
