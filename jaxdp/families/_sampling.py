@@ -102,6 +102,13 @@ def _first_above(cdf: Array, start: Array, width: int, u: Array) -> Array:
     return lo
 
 
+def _mixed(bits: Array) -> Array:
+    """MurmurHash3's 32-bit finaliser: every input bit flips about half the output bits."""
+    bits = (bits ^ (bits >> 16)) * jnp.uint32(0x85EBCA6B)
+    bits = (bits ^ (bits >> 13)) * jnp.uint32(0xC2B2AE35)
+    return bits ^ (bits >> 16)
+
+
 def mixture_rows(key: Key, probs: Array, sizes: tuple[int, ...], rows: int) -> tuple[Array, Array]:
     """Records of a uniform mixture of product distributions, released by `systematic`.
 
@@ -202,6 +209,8 @@ def balanced(
     real = jnp.arange(width) < size
     probs = _normalised(table, size)
     order_key, tie_key = jax.random.split(key)
+    record_bits = jax.random.bits(tie_key, (rows,), jnp.uint32)
+    category_bits = jnp.arange(width, dtype=jnp.uint32) * jnp.uint32(_PHI)
     shuffled = jax.random.permutation(order_key, rows)
     # the real records in random order, then the padding: the visits stop after the real ones
     order = shuffled[jnp.argsort(shuffled >= real_rows, stable=True)].reshape(rows // lanes, lanes)
@@ -216,8 +225,11 @@ def balanced(
         at = tracked[visited]  # (lanes, k + 1)
         tracked_lags = lags[lane, at]  # (lanes, k + 1, width): the group's first
         owed = tracked_lags[:, 0] + p > 0
-        # ties broken at random, far below the lag differences that decide
-        ties = jax.random.uniform(jax.random.fold_in(tie_key, step), (lanes, width), maxval=1e-4)
+        # ties broken at random (a hash of the record's random bits and the category: a
+        # generator call per visit cost more than the rest of the step), far below the lag
+        # differences that decide
+        bits = _mixed(record_bits[visited][:, None] ^ category_bits[None])
+        ties = bits.astype(jnp.float32) * jnp.float32(1e-4 / 2**32)
         score = (tracked_lags[:, 1:] * keys[None, :, None]).sum(axis=1) + ties
         choice = jnp.argmax(jnp.where(real[None] & (p > 0) & owed, score, -jnp.inf), axis=1)
         given = p - jax.nn.one_hot(choice, width, dtype=p.dtype)
