@@ -223,6 +223,7 @@ STRUCTURES = [
     ((0, 1), (1, 2), (2, 3), (0, 3), (3, 4)),  # a cycle: triangulated, 3-attribute nodes
     ((0, 1, 2), (1, 2), (2, 3), (0, 3, 4)),  # nested cliques: a potential holds another's
     (),  # 1-way marginals only: every node alone, no messages
+    ((0, 1), (1, 2), (1, 3), (1, 4)),  # a star: nodes pass on what they receive over one attribute
 ]
 
 
@@ -276,10 +277,13 @@ def test_estimate_follows_mbis_mirror_descent(pairs):
         assert np.abs(_brute_force_joint(early) - joint).max() > 0.2 * joint.max()
 
 
+@pytest.mark.parametrize("extreme", [False, True], ids=["moderate", "extreme"])
 @pytest.mark.parametrize("pairs", STRUCTURES)
-def test_tree_program_computes_exact_marginals(pairs):
+def test_tree_program_computes_exact_marginals(pairs, extreme):
     """Belief propagation by parallel sweeps over the padded index arrays gives every potential
-    clique's and measured clique's marginal of the brute-force joint, for random potentials."""
+    clique's and measured clique's marginal of the brute-force joint, for random potentials;
+    also where whole separator values have mass far below float32's (slices of -300) and the
+    tables sit at offsets of hundreds (the messages' stabilisers and floor: finite, exact)."""
     from jaxdp.families import _junction
 
     sizes = (3, 4, 2, 5, 3)
@@ -289,6 +293,13 @@ def test_tree_program_computes_exact_marginals(pairs):
     program, layout = _junction.build_program(tree, sizes, potentials, measured)
     rng = np.random.default_rng(5)
     tables = tuple(rng.normal(scale=2.0, size=[sizes[a] for a in c]) for c in potentials)
+    if extreme:
+        # one value of each table's first attribute, and so a whole slice, at -300
+        slices = [
+            (np.arange(t.shape[0]) == rng.integers(t.shape[0])).reshape(-1, *[1] * (t.ndim - 1))
+            for t in tables
+        ]
+        tables = tuple(t + rng.uniform(-300, 300) - 300.0 * m for t, m in zip(tables, slices, strict=True))
     theta = np.zeros(layout.length("potentials"), np.float32)
     flat = np.concatenate([t.reshape(-1) for t in tables])
     theta[: flat.size] = flat
@@ -299,7 +310,12 @@ def test_tree_program_computes_exact_marginals(pairs):
     expected = np.concatenate(
         [joint.sum(axis=tuple(a for a in range(5) if a not in c)).reshape(-1) for c in measured]
     )
-    np.testing.assert_allclose(measured_counts[: expected.size] / total, expected, atol=1e-6)
+    # float32 log-values of magnitude M are off by up to M eps each, and a probability by that
+    # much relative for each of the few sums it goes through: 4 M eps (1e-6 for moderate tables)
+    magnitude = sum(np.abs(t).max() for t in tables)
+    atol = max(1e-6, 4 * magnitude * np.finfo(np.float32).eps)
+    assert np.all(np.isfinite(measured_counts))
+    np.testing.assert_allclose(measured_counts[: expected.size] / total, expected, atol=atol)
     np.testing.assert_array_equal(measured_counts[expected.size : -1], 0.0)  # padding; the spare
 
 
