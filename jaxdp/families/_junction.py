@@ -28,7 +28,6 @@ Everything here is post-processing of released measurements.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -37,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp.families._background import Compiler
 from jaxdp.types import Array
 
 Clique = tuple[int, ...]
@@ -356,8 +356,7 @@ def mirror_descent(
 
 
 # Compiled mirror descent, one per layout (compiled in the background: see `PREFETCH_FILL`)
-_executables: dict[tuple[int, ...], concurrent.futures.Future] = {}
-_compiler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxdp-compile")
+_programs = Compiler("jaxdp-fit")
 
 
 def fit(
@@ -387,12 +386,10 @@ def prefetch(lengths: tuple[int, ...] = (MIN_LENGTH,) * len(KINDS)) -> None:
 
 
 def _executable(lengths: tuple[int, ...], *, wait: bool = True):
-    if lengths not in _executables:
-        _executables[lengths] = _compiler.submit(_compile, lengths)
-    return _executables[lengths].result() if wait else None
+    return _programs.program(lengths, lambda: _lowered(lengths), wait=wait)
 
 
-def _compile(lengths: tuple[int, ...]):
+def _lowered(lengths: tuple[int, ...]) -> jax.stages.Lowered:
     def shaped(kind: str, dtype) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct((lengths[KINDS.index(kind)],), dtype)
 
@@ -414,6 +411,4 @@ def _compile(lengths: tuple[int, ...]):
         shaped("measured", jnp.float32),
         shaped("measured", jnp.float32),
     )
-    return mirror_descent.lower(
-        program, *arrays, scalar, scalar, jax.ShapeDtypeStruct((), jnp.int32), scalar
-    ).compile()
+    return mirror_descent.lower(program, *arrays, scalar, scalar, jax.ShapeDtypeStruct((), jnp.int32), scalar)

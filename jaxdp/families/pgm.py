@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.families import _junction
+from jaxdp.families._background import Compiler
 from jaxdp.families._sampling import balanced, padded_length, systematic
 from jaxdp.types import Array, Key
 
@@ -576,6 +577,25 @@ def sample(
     )
     if padded_rows * shared_keys[0] * shared[1] > _SHARED_BALANCED_WORK:
         shapes = [own if k else shape for own, shape, k in zip(owns, shapes, keys, strict=True)]
+    # each balanced column's padded keys and lag cells; their programs start compiling now, so
+    # each compiles while the columns before it are drawn
+    balanced_shapes = [
+        (
+            shared_keys
+            if shape == shared
+            else (padded_length(len(k)), padded_length(sum(math.prod(sizes[b] for b in c) for c in k) + 1))
+        )
+        if k
+        else None
+        for shape, k in zip(shapes, keys, strict=True)
+    ]
+    signatures = [
+        None if keyed is None else (shape, padded_rows, *keyed)
+        for shape, keyed in zip(shapes, balanced_shapes, strict=True)
+    ]
+    for signature in signatures:
+        if signature is not None:
+            _balanced_program(key, signature, wait=False)
     columns: dict[int, np.ndarray] = {}
     strata = np.zeros((len(sizes), padded_rows), np.int32)  # the columns drawn so far, in order
     for i, (a, parents, joint) in enumerate(plan):
@@ -587,12 +607,12 @@ def sample(
         group[:rows] = _cell_index(parents, columns, sizes, rows)
         column = (jax.random.fold_in(key, a), jnp.asarray(table), jnp.asarray(group), jnp.int32(size))
         if keys[i]:
-            width = shared_keys[0] if shape == shared else padded_length(len(keys[i]))
-            cells, n_cells = _key_cells(keys[i], columns, sizes, rows, padded_rows, width)
-            lag_rows = shared_keys[1] if shape == shared else padded_length(n_cells + 1)
+            width, lag_rows = balanced_shapes[i]
+            cells = _key_cells(keys[i], columns, sizes, rows, padded_rows, width)
             real_keys = jnp.asarray(np.arange(width) < len(keys[i]), jnp.float32)
             lags = jnp.zeros((lag_rows, shape[1]), jnp.float32)
-            choice = balanced(*column, jnp.asarray(cells), real_keys, lags, jnp.int32(rows))
+            program = _balanced_program(key, signatures[i])
+            choice = program(*column, jnp.asarray(cells), real_keys, lags, jnp.int32(rows))
         else:
             choice = systematic(*column, jnp.asarray(strata))
         columns[a] = np.asarray(choice)[:rows]
@@ -604,6 +624,31 @@ def sample(
 # either are left to the strata
 _KEY_CELLS = 2**22
 _KEY_COLUMNS = 2**26
+
+
+_balanced_programs = Compiler("jaxdp-release")
+
+
+def _balanced_program(key: Key, signature: tuple, *, wait: bool = True):
+    """`balanced` compiled for one column's (table shape, rows, keys, lag cells)."""
+    (n_groups, width), rows, n_keys, lag_rows = signature
+
+    def lower():
+        def shaped(*shape, dtype=jnp.int32):
+            return jax.ShapeDtypeStruct(shape, dtype)
+
+        return balanced.lower(
+            key,
+            shaped(n_groups, width, dtype=jnp.float32),
+            shaped(rows),
+            shaped(),
+            shaped(rows, n_keys),
+            shaped(n_keys, dtype=jnp.float32),
+            shaped(lag_rows, width, dtype=jnp.float32),
+            shaped(),
+        )
+
+    return _balanced_programs.program(signature, lower, wait=wait)
 
 
 def _keys(a: int, parents: Clique, drawn: list[int], tracked, sizes, width: int, rows: int) -> list[Clique]:
@@ -630,10 +675,10 @@ def _cell_index(attributes: Clique, columns, sizes, rows: int) -> np.ndarray:
     return index
 
 
-def _key_cells(keys, columns, sizes, rows: int, padded_rows: int, width: int) -> tuple[np.ndarray, int]:
+def _key_cells(keys, columns, sizes, rows: int, padded_rows: int, width: int) -> np.ndarray:
     """(padded_rows, width) int32 each record's cell of each key, the keys' cells laid out one
     after another; padding records and the `width - len(keys)` padding keys get the cell after
-    them all. Also the number of real cells."""
+    them all."""
     cells = np.zeros((padded_rows, width), np.int64)
     n_cells = 0
     for j, k in enumerate(keys):
@@ -641,7 +686,7 @@ def _key_cells(keys, columns, sizes, rows: int, padded_rows: int, width: int) ->
         n_cells += math.prod(sizes[b] for b in k)
     cells[rows:] = n_cells
     cells[:, len(keys) :] = n_cells
-    return cells.astype(np.int32), n_cells
+    return cells.astype(np.int32)
 
 
 # 16 MB of float32: above it, padding every table to the largest would cost more than compiling
