@@ -590,7 +590,7 @@ def sample(
         for shape, k in zip(shapes, keys, strict=True)
     ]
     signatures = [
-        None if keyed is None else (shape, padded_rows, *keyed)
+        None if keyed is None else (str(key.dtype), shape, padded_rows, *keyed)
         for shape, keyed in zip(shapes, balanced_shapes, strict=True)
     ]
     for signature in signatures:
@@ -630,8 +630,8 @@ _balanced_programs = Compiler("jaxdp-release")
 
 
 def _balanced_program(key: Key, signature: tuple, *, wait: bool = True):
-    """`balanced` compiled for one column's (table shape, rows, keys, lag cells)."""
-    (n_groups, width), rows, n_keys, lag_rows = signature
+    """`balanced` compiled for one column's (key type, table shape, rows, keys, lag cells)."""
+    _, (n_groups, width), rows, n_keys, lag_rows = signature
 
     def lower():
         def shaped(*shape, dtype=jnp.int32):

@@ -210,12 +210,16 @@ def test_tracked_marginals_keep_their_counts_across_parent_groups(shared, monkey
 
 
 def test_balanced_release_replays_from_its_key():
+    """Same key, same records; another key, other records; and a key of another generator gets
+    a program of its own (the balanced columns are compiled ahead per key type)."""
     plan = [(0, (), np.array([[0.3, 0.7]])), (1, (), np.array([[0.2, 0.3, 0.5]])), (2, (0,), np.eye(2) + 0.5)]
     draw = [
         np.asarray(pgm.sample(jax.random.key(k), plan, (2, 3, 2), 999, tracked=((1, 2),))) for k in (4, 4, 5)
     ]
     np.testing.assert_array_equal(draw[0], draw[1])
     assert not np.array_equal(draw[0], draw[2])
+    other = pgm.sample(jax.random.key(4, impl="rbg"), plan, (2, 3, 2), 999, tracked=((1, 2),))
+    assert np.asarray(other).shape == (999, 3)
 
 
 STRUCTURES = [
