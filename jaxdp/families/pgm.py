@@ -554,9 +554,11 @@ def sample(
     Tables are padded to powers of two above their parent groups (plus a spare group) and
     categories, and the rows to a power of two, so the sampler compiles once per bucket, not per
     attribute or row count; while the largest padded table is small, every attribute shares its
-    shape, and so do the balanced columns (one compile each per release). Padded categories have
-    probability 0 and are never chosen; padded rows form a group of their own (the spare last
-    one) and are dropped.
+    shape, and so do the balanced columns (one compile each per release) until visiting every
+    record at the shared shape costs more than compiling each its own (`_SHARED_BALANCED_WORK`);
+    the balanced programs compile in the background as the release starts. Padded categories
+    have probability 0 and are never chosen; padded rows form a group of their own (the spare
+    last one) and are dropped.
     """
     padded_rows = padded_length(rows)
     shared = (
