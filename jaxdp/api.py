@@ -12,6 +12,7 @@ line reads it too.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -579,20 +580,22 @@ def execute(
     started = time.perf_counter() if started is None else started
     spec = mechanism_spec(name)
     key = require_key(key)
+    answers_out = contract.releases(mechanism) == "answers"
+    if answers_out:
+        rows = None
+    program = _release_program(mechanism, key, rows)
     # The registry's mechanisms are checked for key reuse by the test suite, not on every release.
     run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None, check_keys=False)
     synthetic = answers = None
-    release = _release_jit if contract.jittable(mechanism) else _release
-    answers_out = contract.releases(mechanism) == "answers"
     if rows is None and not answers_out and hasattr(mechanism, "default_rows"):
         # Under add-remove the row count is read from the noisy state on the host: inside the
         # compiled release it would be a tracer.
         rows = mechanism.default_rows(run.state)
     if answers_out:
-        answers = np.asarray(release(mechanism, run.state, key), np.float64)
+        answers = np.asarray(_released(program, mechanism, run.state, key, rows), np.float64)
         released, n_rows = answers, int(answers.shape[0])
     else:
-        out = release(mechanism, run.state, key, rows)
+        out = _released(program, mechanism, run.state, key, rows)
         if isinstance(out, Dataset):
             synthetic = out
         elif isinstance(out, tuple):  # (codes, numeric in [0, 1]): a mixed-type release
@@ -668,6 +671,44 @@ def _release(mechanism, state, key, rows=None):
 # One compiled program per release shape: sampling op by op compiles every small op separately
 # (half a minute for GEM on ADULT on a 2-core CPU).
 _release_jit = jax.jit(_release, static_argnums=3)
+_release_compiler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxdp-release")
+
+
+def _state_signature(state) -> tuple:
+    return jax.tree.structure(state), tuple((x.shape, x.dtype) for x in jax.tree.leaves(state))
+
+
+def _release_program(mechanism, key: Key, rows: int | None) -> concurrent.futures.Future | None:
+    """Start compiling the release on another thread, so that it compiles while the rounds
+    compile and run (a second of a cold run's few on a 2-core CPU: PEP's histogram release).
+
+    None where the program cannot be known before the rounds: a mechanism that is not jittable,
+    a row count that is read from the noisy state (add-remove), or state that may be sharded
+    over several devices. The future holds (rows, the state's signature, the program).
+    """
+    if not contract.jittable(mechanism) or jax.device_count() > 1:
+        return None
+    if rows is None and contract.releases(mechanism) != "answers":
+        rows = getattr(mechanism, "public_rows", None)
+        if rows is None:
+            return None
+
+    def compile_program():
+        state = loop.state_shapes(mechanism, key)
+        return rows, _state_signature(state), _release_jit.lower(mechanism, state, key, rows).compile()
+
+    return _release_compiler.submit(compile_program)
+
+
+def _released(program: concurrent.futures.Future | None, mechanism, state, key: Key, rows: int | None):
+    """The release, by the program compiled ahead when it was compiled for this state and row
+    count."""
+    if program is not None:
+        ahead_rows, signature, compiled = program.result()
+        if ahead_rows == rows and signature == _state_signature(state):
+            return compiled(mechanism, state, key)
+    release = _release_jit if contract.jittable(mechanism) else _release
+    return release(mechanism, state, key, rows)
 
 
 def release_errors(real: Dataset, result: Result, workload: MarginalWorkload) -> dict[str, Any]:

@@ -78,6 +78,12 @@ _scan_jit = jax.jit(_scan_rounds, static_argnames="length")
 _init_jit = jax.jit(lambda mechanism, key: mechanism.init(stream_key(key, Stream.INIT)))
 
 
+def state_shapes(mechanism, key: Key) -> Any:
+    """The shapes and dtypes of a jittable mechanism's state (every round keeps them), traced
+    from its init without running anything."""
+    return jax.eval_shape(_init_jit, mechanism, require_key(key))
+
+
 def run(
     mechanism,
     key: Key,

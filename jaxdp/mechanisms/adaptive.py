@@ -223,11 +223,17 @@ class Adaptive:
 
     relaxed_answers = answers  # the name the API uses for families whose records differ from it
 
+    @property
+    def public_rows(self) -> int | None:
+        """The default row count where it is known before the run: n under replace-one (public);
+        None under add-remove, where it is estimated from the released measurements."""
+        return self.n_records if self.relation is Neighboring.REPLACE_ONE else None
+
     def default_rows(self, state: AdaptiveState) -> int:
-        """n under replace-one (public); under add-remove the family's estimate of the record
-        count from the released measurements (host code: call it outside jit)."""
-        if self.relation is Neighboring.REPLACE_ONE:
-            return self.n_records
+        """`public_rows`, or under add-remove the family's estimate of the record count from the
+        released measurements (host code: call it outside jit)."""
+        if self.public_rows is not None:
+            return self.public_rows
         rows = self.family.default_rows(state.model)
         if rows is None:
             raise ValueError(f"{self.name}: under add-remove give rows (the family cannot estimate them)")

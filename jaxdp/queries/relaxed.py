@@ -15,13 +15,14 @@ where H_j stacks the head products of every marginal with pivot j (a ones row fo
 marginals, attribute blocks for 3-way ones), P_j is block j and L_j stacks the blocks of every last
 attribute. So for each pivot attribute the row-wise outer product of heads and pivot is formed once
 and multiplied with all later blocks in one matmul: exactly one multiply-add per (row, answer) for
-all-k-way workloads, and one matmul per attribute however many marginals there are. Measured on
-the 2-core CPU for ADULT's 286 3-way marginals, 1000 rows: ~10 ms, compile ~1.3 s (padding every
-block to the largest size and one einsum: 1.5 s); value and gradient of an L2 loss ~50 ms. The
-backward pass is hand-written (three more matmuls against row-wise outer products): XLA's
-autodiff of the outer product reduces over a middle axis, which it runs several times slower than
-a matmul. Being a `custom_vjp`, the kernel supports reverse-mode differentiation (`jax.grad`,
-`jax.vjp`) but not forward mode (`jax.jvp`, `jax.jacfwd`).
+all-k-way workloads, and one matmul per attribute however many marginals there are. The blocks
+are read by static slices wherever their rows are a few runs (every all-k-way workload), so the
+program's size follows the attributes, not the marginals. Measured on the 2-core CPU for ADULT's
+286 3-way marginals, 1000 rows: ~10 ms, compile ~0.3 s; value and gradient of an L2 loss ~33 ms,
+compile ~0.9 s (`bench/bench_compile.py`). The backward pass is hand-written: two matmuls per
+pivot against the output's gradient, and a loop over row chunks of its own that recomputes each
+chunk's blocks. Being a `custom_vjp`, the kernel supports reverse-mode differentiation
+(`jax.grad`, `jax.vjp`) but not forward mode (`jax.jvp`, `jax.jacfwd`).
 
 `product_query_answers` is the gather path for an arbitrary batch of product queries.
 """
@@ -47,6 +48,11 @@ RELAXED_ROW_CHUNK_CPU = 128
 RELAXED_ROW_CHUNK_ACCELERATOR = 8192
 # Rows per chunk of the gather path (each block is rows x queries x k floats).
 GATHER_ROW_CHUNK = 1024
+# Index vectors made of at most this many runs of consecutive rows are read as static slices.
+# A slice fuses into its consumer and its transpose is a pad, where a gather is a program of its
+# own to compile and its transpose a scatter: for ADULT's 286 3-way marginals every head and last
+# block is one run, and value-and-grad compiled in 1.0 s instead of 1.6 s (2-core CPU).
+MAX_SLICED_RUNS = 8
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -72,29 +78,58 @@ def block_offsets(sizes: tuple[int, ...]) -> np.ndarray:
 # -- the plan -------------------------------------------------------------------------------------
 
 
+Runs = tuple[tuple[int, int], ...]
+
+
 @pytree_dataclass
 class RelaxedPlan:
     """Array form of a marginal workload for the pivot kernel.
 
+    Which rows each pivot reads is static where it is a few runs of consecutive rows (always so
+    for all-k-way workloads): the program then slices, and two workloads share a compiled program
+    only when they read the same rows. Otherwise the rows are gathered by index arrays, which are
+    leaves of the plan.
+
     Attributes:
         head_index: per pivot, (h_j, kh_j) int32 rows of the transposed probabilities extended by
             a ones row (index `width`); head row r is the product of the indexed rows.
-        pivot_start: (n_pivots,) int32 first column of each pivot attribute's block.
         last_index: per pivot, (c_j,) int32 columns of the stacked last-attribute blocks.
         flat_index: (n_queries,) int32 position of each counting query (workload order) in the
             concatenation of the pivots' M_j (raveled) and the column sums (for 1-way marginals).
+        head_runs: per pivot, `head_index` as (start, stop) runs of rows when kh_j <= 1 and it has
+            at most `MAX_SLICED_RUNS` of them, else None (static).
+        last_runs: per pivot, `last_index` as runs, or None (static).
+        pivot_start: first column of each pivot attribute's block (static).
         pivot_sizes: block size of each pivot attribute (static).
         width: number of probability columns (static).
         n_queries: number of counting queries (static).
     """
 
     head_index: tuple[Array, ...]
-    pivot_start: Array
     last_index: tuple[Array, ...]
     flat_index: Array
+    head_runs: tuple[Runs | None, ...] = static_field()
+    last_runs: tuple[Runs | None, ...] = static_field()
+    pivot_start: tuple[int, ...] = static_field()
     pivot_sizes: tuple[int, ...] = static_field()
     width: int = static_field()
     n_queries: int = static_field()
+
+
+def _runs(index: np.ndarray) -> Runs | None:
+    """`index` (1-D) as (start, stop) runs of consecutive integers, or None past MAX_SLICED_RUNS."""
+    breaks = np.flatnonzero(np.diff(index) != 1) + 1
+    if len(breaks) >= MAX_SLICED_RUNS:
+        return None
+    starts = np.concatenate([[0], breaks])
+    stops = np.concatenate([breaks, [len(index)]])
+    return tuple((int(index[a]), int(index[b - 1]) + 1) for a, b in zip(starts, stops, strict=True))
+
+
+def _head_runs(index: np.ndarray, width: int) -> Runs | None:
+    if index.shape[1] == 0:  # only the empty head: the ones row
+        return ((width, width + 1),)
+    return _runs(index[:, 0]) if index.shape[1] == 1 else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -159,9 +194,11 @@ def relaxed_plan(workload: MarginalWorkload) -> RelaxedPlan:
         flat[off : off + len(codes)] = idx
     return RelaxedPlan(
         tuple(head_index),
-        np.asarray(pivot_start, np.int32),
         tuple(last_index),
         flat.astype(np.int32),
+        tuple(_head_runs(h, width) for h in head_index),
+        tuple(_runs(c) for c in last_index),
+        tuple(pivot_start),
         tuple(pivot_sizes),
         width,
         workload.n_queries,
@@ -203,24 +240,33 @@ def _trilinear_bwd(res, g):
     h, p, l = res
     nh, np_, nl = g.shape
     k = h.shape[1]
-    # Every product is a matmul with the rows axis K last (XLA:CPU's fast layout), followed at
-    # most by a multiply-and-sum over the leading axis; no reduction over a middle axis.
-    dh = _nn(g.reshape(nh, np_ * nl), _khatri_rao(p, l))
-    dp = jnp.sum(_nn(g.reshape(nh * np_, nl), l).reshape(nh, np_, k) * h[:, None, :], axis=0)
-    dl = _nn(jnp.transpose(g, (2, 0, 1)).reshape(nl, nh * np_), _khatri_rao(h, p))
+    # Two matmuls with the rows axis K last (XLA:CPU's fast layout); dh and dp share the first.
+    # One matmul fewer than forming dh from the outer product of p and l: ~20% less to compile,
+    # and no slower to run.
+    y = _nn(g.reshape(nh * np_, nl), l).reshape(nh, np_, k)
+    dh = jnp.sum(y * p[None, :, :], axis=1)
+    dp = jnp.sum(y * h[:, None, :], axis=0)
+    dl = jax.lax.dot_general(
+        g.reshape(nh * np_, nl), _khatri_rao(h, p), (((0,), (0,)), ((), ())), precision=_HIGHEST
+    )
     return dh, dp, dl
 
 
 _trilinear.defvjp(_trilinear_fwd, _trilinear_bwd)
 
 
-def _head_rows(pt_ext: Array, index: Array) -> Array:
+def _rows(source: Array, runs: Runs) -> Array:
+    """The rows of `source` in `runs`, stacked in order."""
+    parts = [jax.lax.slice_in_dim(source, start, stop, axis=0) for start, stop in runs]
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+
+
+def _head_rows(pt_ext: Array, index: Array, runs: Runs | None) -> Array:
     """(h, K) head products: row r is the product of pt_ext rows index[r, :]."""
-    kh = index.shape[1]
-    if kh == 0:
-        return jnp.ones((index.shape[0], pt_ext.shape[1]), pt_ext.dtype)
+    if runs is not None:
+        return _rows(pt_ext, runs)
     out = pt_ext[index[:, 0]]
-    for t in range(1, kh):
+    for t in range(1, index.shape[1]):
         out = out * pt_ext[index[:, t]]
     return out
 
@@ -232,19 +278,69 @@ def _pivot_sums(pt: Array, weights: Array | None, plan: RelaxedPlan) -> Array:
     exactly one pivot factor, so each row's product is weighted once.
     """
     pt_ext = jnp.concatenate([pt, jnp.ones((1, pt.shape[1]), pt.dtype)])
-    starts = jnp.asarray(plan.pivot_start)
     parts = []
-    for j, (hidx, lidx, size) in enumerate(
-        zip(plan.head_index, plan.last_index, plan.pivot_sizes, strict=True)
+    for hidx, lidx, hruns, lruns, start, size in zip(
+        plan.head_index,
+        plan.last_index,
+        plan.head_runs,
+        plan.last_runs,
+        plan.pivot_start,
+        plan.pivot_sizes,
+        strict=True,
     ):
-        heads = _head_rows(pt_ext, jnp.asarray(hidx))
-        pivot = jax.lax.dynamic_slice_in_dim(pt, starts[j], size, axis=0)
+        heads = _head_rows(pt_ext, jnp.asarray(hidx), hruns)
+        pivot = jax.lax.slice_in_dim(pt, start, start + size, axis=0)
         if weights is not None:
             pivot = pivot * weights[None, :]
-        lasts = pt[jnp.asarray(lidx)]
+        lasts = pt[jnp.asarray(lidx)] if lruns is None else _rows(pt, lruns)
         parts.append(_trilinear(heads, pivot, lasts).reshape(-1))
     parts.append(jnp.sum(pt if weights is None else pt * weights[None, :], axis=1))
     return jnp.concatenate(parts)
+
+
+def _chunk(rc: int, pt: Array, weights: Array | None, start) -> tuple[Array, Array | None]:
+    rows = jax.lax.dynamic_slice_in_dim(pt, start, rc, axis=1)
+    return rows, None if weights is None else jax.lax.dynamic_slice_in_dim(weights, start, rc)
+
+
+# The chunk loop has its own VJP: the backward pass is a second loop that recomputes each chunk's
+# blocks, where JAX's autodiff of a scan would stack every chunk's residuals and compile the
+# stacking and unstacking too (on the 2-core CPU, ADULT's 286 3-way marginals: value-and-grad
+# compiled in 1.84 s that way, 1.61 s with this loop, before the static slices).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _chunked_sums(rc: int, pt: Array, weights: Array | None, plan: RelaxedPlan) -> Array:
+    """`_pivot_sums` over (width, n_chunks * rc) blocks, summed chunk by chunk."""
+
+    def body(i, acc):
+        return acc + _pivot_sums(*_chunk(rc, pt, weights, i * rc), plan)
+
+    init = jnp.zeros(_total_size(plan), pt.dtype)
+    return jax.lax.fori_loop(0, pt.shape[1] // rc, body, init)
+
+
+def _chunked_sums_fwd(rc, pt, weights, plan):
+    return _chunked_sums(rc, pt, weights, plan), (pt, weights, plan)
+
+
+def _chunked_sums_bwd(rc, res, g):
+    pt, weights, plan = res
+
+    def body(i, grads):
+        d_pt, d_weights = grads
+        rows, w = _chunk(rc, pt, weights, i * rc)
+        _, vjp = jax.vjp(lambda r, w: _pivot_sums(r, w, plan), rows, w)
+        d_rows, d_w = vjp(g)
+        d_pt = jax.lax.dynamic_update_slice_in_dim(d_pt, d_rows, i * rc, axis=1)
+        if weights is not None:
+            d_weights = jax.lax.dynamic_update_slice_in_dim(d_weights, d_w, i * rc, axis=0)
+        return d_pt, d_weights
+
+    init = (jnp.zeros_like(pt), None if weights is None else jnp.zeros_like(weights))
+    d_pt, d_weights = jax.lax.fori_loop(0, pt.shape[1] // rc, body, init)
+    return d_pt, d_weights, None
+
+
+_chunked_sums.defvjp(_chunked_sums_fwd, _chunked_sums_bwd)
 
 
 def _total_size(plan: RelaxedPlan) -> int:
@@ -311,18 +407,7 @@ def relaxed_marginals(
         pt = jnp.pad(pt, ((0, 0), (0, n_chunks * rc - n)))
         if weights is not None:
             weights = jnp.pad(weights, (0, n_chunks * rc - n))
-    if n_chunks == 1:
-        total = _pivot_sums(pt, weights, plan)
-    else:
-        # The backward pass keeps each chunk's gathered blocks (the custom VJP of `_trilinear`
-        # saves its three inputs), never the (heads x pivot) products.
-        def step(acc, start):
-            chunk = jax.lax.dynamic_slice_in_dim(pt, start, rc, axis=1)
-            w = None if weights is None else jax.lax.dynamic_slice_in_dim(weights, start, rc)
-            return acc + _pivot_sums(chunk, w, plan), None
-
-        init = jnp.zeros(_total_size(plan), probs.dtype)
-        total, _ = jax.lax.scan(step, init, jnp.arange(n_chunks) * rc)
+    total = _chunked_sums(rc, pt, weights, plan)
     answers = total[jnp.asarray(plan.flat_index)]
     return answers if weights is not None else answers / n
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ from jaxdp.queries import (
     from_cliques,
     marginal_counts,
     product_query_answers,
+    random_kway,
     relaxed_marginals,
     relaxed_plan,
     row_answers,
@@ -140,12 +142,28 @@ def test_gradient_with_row_weights_matches_finite_differences():
         _finite_difference_check(loss, np.array([0.3, -0.2, 0.1, 0.5]), [(0,), (1,), (2,), (3,)])
 
 
-def test_two_workloads_of_the_same_shapes_compile_once():
+def test_rows_in_a_few_runs_are_sliced_and_others_gathered():
+    # All-k-way workloads read every head and last block as one run of rows: static slices.
+    plan = relaxed_plan(WORKLOADS["all-3way"])
+    assert all(runs is not None and len(runs) == 1 for runs in plan.head_runs + plan.last_runs)
+    # Last attributes 3, 5, ..., 21 of a (0, 1, l) family: 10 runs, past MAX_SLICED_RUNS, so its
+    # lasts are gathered; 4-way heads (two attributes each) are always gathered.
+    sizes = (2,) * 22
+    cliques = [(0, 1, l) for l in range(3, 22, 2)] + [(2, 4, 6, 8)]
+    w = from_cliques(sizes, cliques)
+    plan = relaxed_plan(w)
+    assert None in plan.last_runs and None in plan.head_runs
+    probs = _probs(6, sizes, seed=11)
+    want = ref.relaxed_marginals(probs.astype(np.float64), sizes, w.cliques)
+    np.testing.assert_allclose(np.asarray(_relaxed(probs, w, row_chunk=4)), want, rtol=2e-5)
+
+
+def test_two_workloads_that_read_the_same_rows_compile_once():
     sizes = (3, 3, 3, 3)
-    # Same pivot layout (one pivot of size 3 with heads {(), one attribute} and one last
-    # attribute), different attributes: the attribute indices are array leaves of the plan.
-    w1 = from_cliques(sizes, [(0, 1, 2), (1, 2)])
-    w2 = from_cliques(sizes, [(1, 2, 3), (2, 3)])
+    # Different marginals reading the same rows per pivot (pivot 2, head attribute 1 or the ones
+    # row, last attribute 3): one program, with the query positions as the plan's array leaf.
+    w1 = from_cliques(sizes, [(1, 2, 3), (2, 3)])
+    w2 = from_cliques(sizes, [(2, 3), (1, 2, 3)])
     probs = _probs(5, sizes, seed=9)
     traces = []
 
@@ -187,3 +205,40 @@ def test_size_one_attributes_and_single_kind_workloads(k):
     probs = _probs(6, sizes, seed=10)
     want = ref.relaxed_marginals(probs.astype(np.float64), sizes, w.cliques)
     np.testing.assert_allclose(np.asarray(_relaxed(probs, w)), want, rtol=2e-5, atol=1e-7)
+
+
+# private-pgm's 14-attribute ADULT (../shared/data/private-pgm/adult-domain.json), sizes only.
+ADULT14_SIZES = (85, 9, 100, 16, 7, 15, 6, 5, 2, 100, 100, 99, 42, 2)
+
+
+def _value_and_grad_program(workload, rows: int):
+    """The lowered value-and-grad of an L2 loss (plan and targets are arguments) and how many
+    programs its first call builds."""
+    from tests.conftest import programs_built
+
+    def loss(p, plan, target):
+        return jnp.sum((relaxed_marginals(p, plan, row_chunk=rows // 2) - target) ** 2)
+
+    vg = jax.jit(jax.value_and_grad(loss))
+    args = (
+        _probs(rows, workload.sizes, seed=2),
+        relaxed_plan(workload),
+        np.zeros(workload.n_queries, np.float32),
+    )
+    with programs_built() as built:
+        jax.block_until_ready(vg(*args))
+    return vg.lower(*args).as_text(), len(built)
+
+
+def test_value_and_grad_program_stays_flat_in_the_number_of_marginals():
+    # The kernel is unrolled per pivot attribute, never per marginal: 35 or all 364 3-way
+    # marginals of ADULT-14 give programs of the same size, and one program each (two chunks, so
+    # the chunk loop and its backward loop are in it).
+    few = random_kway(jax.random.key(3), ADULT14_SIZES, 3, 35)
+    every = all_kway(ADULT14_SIZES, 3)
+    (text_few, built_few), (text_every, built_every) = (_value_and_grad_program(w, 16) for w in (few, every))
+    assert built_few == built_every == 1
+    ops_few, ops_every = (len(re.findall(r"^\s*%\S+ = ", t, re.MULTILINE)) for t in (text_few, text_every))
+    assert max(ops_few, ops_every) <= 1.5 * min(ops_few, ops_every), (ops_few, ops_every)
+    # Three matmuls per pivot attribute (ADULT-14 has 12): one forward, two backward.
+    assert text_every.count("dot_general") == 3 * 12
