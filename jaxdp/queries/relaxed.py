@@ -16,12 +16,13 @@ marginals, attribute blocks for 3-way ones), P_j is block j and L_j stacks the b
 attribute. So for each pivot attribute the row-wise outer product of heads and pivot is formed once
 and multiplied with all later blocks in one matmul: exactly one multiply-add per (row, answer) for
 all-k-way workloads, and one matmul per attribute however many marginals there are. The blocks
-are read by static slices wherever their rows are a few runs (every all-k-way workload), so the
-program's size follows the attributes, not the marginals. Measured on the 2-core CPU for ADULT's
-286 3-way marginals, 1000 rows: ~10 ms, compile ~0.3 s; value and gradient of an L2 loss ~33 ms,
-compile ~0.9 s (`bench/bench_compile.py`). The backward pass is hand-written: two matmuls per
-pivot against the output's gradient, and a loop over row chunks of its own that recomputes each
-chunk's blocks. Being a `custom_vjp`, the kernel supports reverse-mode differentiation
+are gathered by index arrays that are arguments of the program, so its size follows the
+attributes, not the marginals. Measured on the 2-core CPU for ADULT's 286 3-way marginals, 1000
+rows (`bench/bench_compile.py`): ~8 ms, compile ~0.6 s; value and gradient of an L2 loss ~25 ms,
+compile ~1.3 s. The backward pass is hand-written: two matmuls per pivot against the output's
+gradient, in a loop over row chunks of its own that recomputes each chunk's blocks. Static
+slices in place of the gathers compiled in 0.9 s but ran 20% slower, and a training loop pays
+the run on every step. Being a `custom_vjp`, the kernel supports reverse-mode differentiation
 (`jax.grad`, `jax.vjp`) but not forward mode (`jax.jvp`, `jax.jacfwd`).
 
 `product_query_answers` is the gather path for an arbitrary batch of product queries.
@@ -48,11 +49,6 @@ RELAXED_ROW_CHUNK_CPU = 128
 RELAXED_ROW_CHUNK_ACCELERATOR = 8192
 # Rows per chunk of the gather path (each block is rows x queries x k floats).
 GATHER_ROW_CHUNK = 1024
-# Index vectors made of at most this many runs of consecutive rows are read as static slices.
-# A slice fuses into its consumer and its transpose is a pad, where a gather is a program of its
-# own to compile and its transpose a scatter: for ADULT's 286 3-way marginals every head and last
-# block is one run, and value-and-grad compiled in 1.0 s instead of 1.6 s (2-core CPU).
-MAX_SLICED_RUNS = 8
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -78,58 +74,29 @@ def block_offsets(sizes: tuple[int, ...]) -> np.ndarray:
 # -- the plan -------------------------------------------------------------------------------------
 
 
-Runs = tuple[tuple[int, int], ...]
-
-
 @pytree_dataclass
 class RelaxedPlan:
     """Array form of a marginal workload for the pivot kernel.
 
-    Which rows each pivot reads is static where it is a few runs of consecutive rows (always so
-    for all-k-way workloads): the program then slices, and two workloads share a compiled program
-    only when they read the same rows. Otherwise the rows are gathered by index arrays, which are
-    leaves of the plan.
-
     Attributes:
         head_index: per pivot, (h_j, kh_j) int32 rows of the transposed probabilities extended by
             a ones row (index `width`); head row r is the product of the indexed rows.
+        pivot_start: (n_pivots,) int32 first column of each pivot attribute's block.
         last_index: per pivot, (c_j,) int32 columns of the stacked last-attribute blocks.
         flat_index: (n_queries,) int32 position of each counting query (workload order) in the
             concatenation of the pivots' M_j (raveled) and the column sums (for 1-way marginals).
-        head_runs: per pivot, `head_index` as (start, stop) runs of rows when kh_j <= 1 and it has
-            at most `MAX_SLICED_RUNS` of them, else None (static).
-        last_runs: per pivot, `last_index` as runs, or None (static).
-        pivot_start: first column of each pivot attribute's block (static).
         pivot_sizes: block size of each pivot attribute (static).
         width: number of probability columns (static).
         n_queries: number of counting queries (static).
     """
 
     head_index: tuple[Array, ...]
+    pivot_start: Array
     last_index: tuple[Array, ...]
     flat_index: Array
-    head_runs: tuple[Runs | None, ...] = static_field()
-    last_runs: tuple[Runs | None, ...] = static_field()
-    pivot_start: tuple[int, ...] = static_field()
     pivot_sizes: tuple[int, ...] = static_field()
     width: int = static_field()
     n_queries: int = static_field()
-
-
-def _runs(index: np.ndarray) -> Runs | None:
-    """`index` (1-D) as (start, stop) runs of consecutive integers, or None past MAX_SLICED_RUNS."""
-    breaks = np.flatnonzero(np.diff(index) != 1) + 1
-    if len(breaks) >= MAX_SLICED_RUNS:
-        return None
-    starts = np.concatenate([[0], breaks])
-    stops = np.concatenate([breaks, [len(index)]])
-    return tuple((int(index[a]), int(index[b - 1]) + 1) for a, b in zip(starts, stops, strict=True))
-
-
-def _head_runs(index: np.ndarray, width: int) -> Runs | None:
-    if index.shape[1] == 0:  # only the empty head: the ones row
-        return ((width, width + 1),)
-    return _runs(index[:, 0]) if index.shape[1] == 1 else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -194,11 +161,9 @@ def relaxed_plan(workload: MarginalWorkload) -> RelaxedPlan:
         flat[off : off + len(codes)] = idx
     return RelaxedPlan(
         tuple(head_index),
+        np.asarray(pivot_start, np.int32),
         tuple(last_index),
         flat.astype(np.int32),
-        tuple(_head_runs(h, width) for h in head_index),
-        tuple(_runs(c) for c in last_index),
-        tuple(pivot_start),
         tuple(pivot_sizes),
         width,
         workload.n_queries,
@@ -240,9 +205,9 @@ def _trilinear_bwd(res, g):
     h, p, l = res
     nh, np_, nl = g.shape
     k = h.shape[1]
-    # Two matmuls with the rows axis K last (XLA:CPU's fast layout); dh and dp share the first.
-    # One matmul fewer than forming dh from the outer product of p and l: ~20% less to compile,
-    # and no slower to run.
+    # Two matmuls with the rows axis K last (XLA:CPU's fast layout); dh and dp share the first,
+    # and dl contracts g's leading axes in place (no transposed copy of g). One matmul fewer than
+    # forming dh from the outer product of p and l: ~20% less to compile, and no slower to run.
     y = _nn(g.reshape(nh * np_, nl), l).reshape(nh, np_, k)
     dh = jnp.sum(y * p[None, :, :], axis=1)
     dp = jnp.sum(y * h[:, None, :], axis=0)
@@ -255,18 +220,13 @@ def _trilinear_bwd(res, g):
 _trilinear.defvjp(_trilinear_fwd, _trilinear_bwd)
 
 
-def _rows(source: Array, runs: Runs) -> Array:
-    """The rows of `source` in `runs`, stacked in order."""
-    parts = [jax.lax.slice_in_dim(source, start, stop, axis=0) for start, stop in runs]
-    return parts[0] if len(parts) == 1 else jnp.concatenate(parts)
-
-
-def _head_rows(pt_ext: Array, index: Array, runs: Runs | None) -> Array:
+def _head_rows(pt_ext: Array, index: Array) -> Array:
     """(h, K) head products: row r is the product of pt_ext rows index[r, :]."""
-    if runs is not None:
-        return _rows(pt_ext, runs)
+    kh = index.shape[1]
+    if kh == 0:
+        return jnp.ones((index.shape[0], pt_ext.shape[1]), pt_ext.dtype)
     out = pt_ext[index[:, 0]]
-    for t in range(1, index.shape[1]):
+    for t in range(1, kh):
         out = out * pt_ext[index[:, t]]
     return out
 
@@ -278,21 +238,16 @@ def _pivot_sums(pt: Array, weights: Array | None, plan: RelaxedPlan) -> Array:
     exactly one pivot factor, so each row's product is weighted once.
     """
     pt_ext = jnp.concatenate([pt, jnp.ones((1, pt.shape[1]), pt.dtype)])
+    starts = jnp.asarray(plan.pivot_start)
     parts = []
-    for hidx, lidx, hruns, lruns, start, size in zip(
-        plan.head_index,
-        plan.last_index,
-        plan.head_runs,
-        plan.last_runs,
-        plan.pivot_start,
-        plan.pivot_sizes,
-        strict=True,
+    for j, (hidx, lidx, size) in enumerate(
+        zip(plan.head_index, plan.last_index, plan.pivot_sizes, strict=True)
     ):
-        heads = _head_rows(pt_ext, jnp.asarray(hidx), hruns)
-        pivot = jax.lax.slice_in_dim(pt, start, start + size, axis=0)
+        heads = _head_rows(pt_ext, jnp.asarray(hidx))
+        pivot = jax.lax.dynamic_slice_in_dim(pt, starts[j], size, axis=0)
         if weights is not None:
             pivot = pivot * weights[None, :]
-        lasts = pt[jnp.asarray(lidx)] if lruns is None else _rows(pt, lruns)
+        lasts = pt[jnp.asarray(lidx)]
         parts.append(_trilinear(heads, pivot, lasts).reshape(-1))
     parts.append(jnp.sum(pt if weights is None else pt * weights[None, :], axis=1))
     return jnp.concatenate(parts)
@@ -306,7 +261,7 @@ def _chunk(rc: int, pt: Array, weights: Array | None, start) -> tuple[Array, Arr
 # The chunk loop has its own VJP: the backward pass is a second loop that recomputes each chunk's
 # blocks, where JAX's autodiff of a scan would stack every chunk's residuals and compile the
 # stacking and unstacking too (on the 2-core CPU, ADULT's 286 3-way marginals: value-and-grad
-# compiled in 1.84 s that way, 1.61 s with this loop, before the static slices).
+# compiled in 1.84 s that way and 1.61 s with this loop, both with three backward matmuls).
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _chunked_sums(rc: int, pt: Array, weights: Array | None, plan: RelaxedPlan) -> Array:
     """`_pivot_sums` over (width, n_chunks * rc) blocks, summed chunk by chunk."""

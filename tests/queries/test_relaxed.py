@@ -142,28 +142,12 @@ def test_gradient_with_row_weights_matches_finite_differences():
         _finite_difference_check(loss, np.array([0.3, -0.2, 0.1, 0.5]), [(0,), (1,), (2,), (3,)])
 
 
-def test_rows_in_a_few_runs_are_sliced_and_others_gathered():
-    # All-k-way workloads read every head and last block as one run of rows: static slices.
-    plan = relaxed_plan(WORKLOADS["all-3way"])
-    assert all(runs is not None and len(runs) == 1 for runs in plan.head_runs + plan.last_runs)
-    # Last attributes 3, 5, ..., 21 of a (0, 1, l) family: 10 runs, past MAX_SLICED_RUNS, so its
-    # lasts are gathered; 4-way heads (two attributes each) are always gathered.
-    sizes = (2,) * 22
-    cliques = [(0, 1, l) for l in range(3, 22, 2)] + [(2, 4, 6, 8)]
-    w = from_cliques(sizes, cliques)
-    plan = relaxed_plan(w)
-    assert None in plan.last_runs and None in plan.head_runs
-    probs = _probs(6, sizes, seed=11)
-    want = ref.relaxed_marginals(probs.astype(np.float64), sizes, w.cliques)
-    np.testing.assert_allclose(np.asarray(_relaxed(probs, w, row_chunk=4)), want, rtol=2e-5)
-
-
-def test_two_workloads_that_read_the_same_rows_compile_once():
+def test_two_workloads_of_the_same_shapes_compile_once():
     sizes = (3, 3, 3, 3)
-    # Different marginals reading the same rows per pivot (pivot 2, head attribute 1 or the ones
-    # row, last attribute 3): one program, with the query positions as the plan's array leaf.
-    w1 = from_cliques(sizes, [(1, 2, 3), (2, 3)])
-    w2 = from_cliques(sizes, [(2, 3), (1, 2, 3)])
+    # Same pivot layout (one pivot of size 3 with heads {(), one attribute} and one last
+    # attribute), different attributes: the attribute indices are array leaves of the plan.
+    w1 = from_cliques(sizes, [(0, 1, 2), (1, 2)])
+    w2 = from_cliques(sizes, [(1, 2, 3), (2, 3)])
     probs = _probs(5, sizes, seed=9)
     traces = []
 
