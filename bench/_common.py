@@ -47,16 +47,16 @@ def environment() -> dict[str, Any]:
     }
 
 
-def git_commit() -> str | None:
-    """`git describe --always --dirty` of the checkout the benchmark runs from (None outside git):
-    every record names the code it measured."""
+def git_commit(checkout: str | os.PathLike | None = None) -> str | None:
+    """`git describe --always --dirty` of a checkout (default: the one the benchmark runs from;
+    None outside git): every record names the code it measured."""
     try:
         out = subprocess.run(
             ["git", "describe", "--always", "--dirty"],
             capture_output=True,
             text=True,
             check=True,
-            cwd=os.path.dirname(os.path.abspath(__file__)),
+            cwd=checkout if checkout is not None else os.path.dirname(os.path.abspath(__file__)),
         )
     except (OSError, subprocess.CalledProcessError):
         return None

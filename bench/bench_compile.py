@@ -93,16 +93,6 @@ def measure(case: str, kernel: str) -> dict:
     return record
 
 
-def _commit(path: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "describe", "--always", "--dirty"], cwd=path, capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per figure")
@@ -117,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sys.path.insert(0, str(BENCH))
-    from _common import Recorder, load_average
+    from _common import Recorder, git_commit, load_average
 
     codes = {"this": REPO, **{name: Path(path) for name, path in (c.split("=", 1) for c in args.code)}}
     rec = Recorder(args.out)
@@ -151,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                         "queries": first["queries"],
                     },
                     code=name,
-                    code_commit=_commit(codes[name]),
+                    code_commit=git_commit(codes[name]),
                     repeats=args.repeats,
                     compile_s_all=[r["compile_s"] for r in records],
                     ops=first["ops"],

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import Recorder, load_average
+from _common import Recorder, git_commit, load_average
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -130,16 +130,6 @@ def _summary(runs: list[dict]) -> dict:
     return out
 
 
-def _git_commit(path: Path) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty"], cwd=path, capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return done.stdout.strip() or None
-
-
 def _has_compile_cache(checkout: Path) -> bool:
     return (checkout / "jaxdp" / "_compile_cache.py").exists()
 
@@ -215,7 +205,7 @@ def _run_case(
         script = [sys.executable, str(BENCH / "numpy_marginal_errors.py"), *argv[2:7:2]]
         variants.append(("numpy", "reference", script, base_env))
     runs: dict[tuple[str, str], list[dict]] = {(c, v): [] for c, v, _, _ in variants}
-    commits = {name: _git_commit(path) for name, path in checkouts.items()}
+    commits = {name: git_commit(path) for name, path in checkouts.items()}
     load_before = load_average()
     for repeat in range(repeats):
         for code, variant, command, env in variants:
@@ -226,7 +216,7 @@ def _run_case(
                 phases_path.unlink(missing_ok=True)
             runs[code, variant].append(_measure(command, env, phases_path if reports_phases else None))
     load_after = load_average()
-    changed = [name for name, path in checkouts.items() if _git_commit(path) != commits[name]]
+    changed = [name for name, path in checkouts.items() if git_commit(path) != commits[name]]
     if changed:  # a commit made during the run: its records cannot name the code they measured
         raise RuntimeError(f"the checkouts {changed} changed commit during the run; rerun on a fixed tree")
     sizes = {"case": case, "argv": " ".join(CASES[case])}
