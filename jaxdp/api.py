@@ -12,7 +12,6 @@ line reads it too.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -27,6 +26,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxdp import containers, contract, datasets, loop, preprocess
+from jaxdp._background import Compiler
 from jaxdp._version import __version__
 from jaxdp.accounting import Plan, epsilon_from_rho
 from jaxdp.binning import DEFAULT_BINNING_SHARE
@@ -583,7 +583,7 @@ def execute(
     answers_out = contract.releases(mechanism) == "answers"
     if answers_out:
         rows = None
-    program = _release_program(mechanism, key, rows)
+    _release_ahead(mechanism, key, rows)
     # The registry's mechanisms are checked for key reuse by the test suite, not on every release.
     run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None, check_keys=False)
     synthetic = answers = None
@@ -592,10 +592,10 @@ def execute(
         # compiled release it would be a tracer.
         rows = mechanism.default_rows(run.state)
     if answers_out:
-        answers = np.asarray(_released(program, mechanism, run.state, key, rows), np.float64)
+        answers = np.asarray(_released(mechanism, run.state, key, rows), np.float64)
         released, n_rows = answers, int(answers.shape[0])
     else:
-        out = _released(program, mechanism, run.state, key, rows)
+        out = _released(mechanism, run.state, key, rows)
         if isinstance(out, Dataset):
             synthetic = out
         elif isinstance(out, tuple):  # (codes, numeric in [0, 1]): a mixed-type release
@@ -671,44 +671,50 @@ def _release(mechanism, state, key, rows=None):
 # One compiled program per release shape: sampling op by op compiles every small op separately
 # (half a minute for GEM on ADULT on a 2-core CPU).
 _release_jit = jax.jit(_release, static_argnums=3)
-_release_compiler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxdp-release")
+# Release programs by signature, compiled on a thread of their own, so that a release can start
+# compiling before the rounds run, and a process that releases the same shapes again (a notebook,
+# a loop over seeds) compiles them once.
+_release_programs = Compiler("jaxdp-release-ahead")
 
 
-def _state_signature(state) -> tuple:
-    return jax.tree.structure(state), tuple((x.shape, x.dtype) for x in jax.tree.leaves(state))
+def _release_program(mechanism, state, key: Key, rows: int | None, *, wait: bool = True):
+    """The compiled release for these arguments' shapes (state may be shapes only)."""
+    arguments = (mechanism, state, key)
+    signature = (
+        rows,
+        jax.tree.structure(arguments),
+        tuple((x.shape, x.dtype) for x in jax.tree.leaves(arguments)),
+    )
+    return _release_programs.program(signature, lambda: _release_jit.lower(*arguments, rows), wait=wait)
 
 
-def _release_program(mechanism, key: Key, rows: int | None) -> concurrent.futures.Future | None:
-    """Start compiling the release on another thread, so that it compiles while the rounds
-    compile and run (a second of a cold run's few on a 2-core CPU: PEP's histogram release).
+def _compiles_ahead(mechanism) -> bool:
+    """Whether the release goes through `_release_programs`: a jittable mechanism on one device
+    (with several, the state's shardings would have to be part of the signature)."""
+    return contract.jittable(mechanism) and jax.device_count() == 1
 
-    None where the program cannot be known before the rounds: a mechanism that is not jittable,
-    a row count that is read from the noisy state (add-remove), or state that may be sharded
-    over several devices. The future holds (rows, the state's signature, the program).
-    """
-    if not contract.jittable(mechanism) or jax.device_count() > 1:
-        return None
+
+def _release_ahead(mechanism, key: Key, rows: int | None) -> bool:
+    """Start compiling the release, so that it compiles while the rounds compile and run (a
+    second of a cold run's few on a 2-core CPU: PEP's histogram release). Only where the
+    program is known before the rounds: not for a row count read from the noisy state
+    (add-remove). Returns whether it started."""
+    if not _compiles_ahead(mechanism):
+        return False
     if rows is None and contract.releases(mechanism) != "answers":
         rows = getattr(mechanism, "public_rows", None)
         if rows is None:
-            return None
-
-    def compile_program():
-        state = loop.state_shapes(mechanism, key)
-        return rows, _state_signature(state), _release_jit.lower(mechanism, state, key, rows).compile()
-
-    return _release_compiler.submit(compile_program)
+            return False
+    _release_program(mechanism, loop.state_shapes(mechanism, key), key, rows, wait=False)
+    return True
 
 
-def _released(program: concurrent.futures.Future | None, mechanism, state, key: Key, rows: int | None):
-    """The release, by the program compiled ahead when it was compiled for this state and row
-    count."""
-    if program is not None:
-        ahead_rows, signature, compiled = program.result()
-        if ahead_rows == rows and signature == _state_signature(state):
-            return compiled(mechanism, state, key)
-    release = _release_jit if contract.jittable(mechanism) else _release
-    return release(mechanism, state, key, rows)
+def _released(mechanism, state, key: Key, rows: int | None):
+    """The release, by the compiled program of its shapes (the one compiled ahead, if any)."""
+    if not _compiles_ahead(mechanism):
+        release = _release_jit if contract.jittable(mechanism) else _release
+        return release(mechanism, state, key, rows)
+    return _release_program(mechanism, state, key, rows)(mechanism, state, key)
 
 
 def release_errors(real: Dataset, result: Result, workload: MarginalWorkload) -> dict[str, Any]:

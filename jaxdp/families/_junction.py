@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp.families._background import Compiler
+from jaxdp._background import Compiler
 from jaxdp.types import Array
 
 Clique = tuple[int, ...]

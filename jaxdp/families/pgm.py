@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp._background import Compiler
 from jaxdp.families import _junction
-from jaxdp.families._background import Compiler
 from jaxdp.families._sampling import balanced, padded_length, systematic
 from jaxdp.types import Array, Key
 

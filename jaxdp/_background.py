@@ -1,6 +1,6 @@
 """Programs compiled ahead of their first call, on a thread of their own: XLA compiles on
 another core while this one runs the program before (a fit's next layout, a release's next
-column), so a run rarely waits for a compile."""
+column, a mechanism's release while its rounds run), so a run rarely waits for a compile."""
 
 from __future__ import annotations
 
