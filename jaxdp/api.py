@@ -27,6 +27,7 @@ from jax.sharding import Mesh
 
 from jaxdp import containers, contract, datasets, loop, preprocess
 from jaxdp._background import Compiler
+from jaxdp._jit import fast_compiled
 from jaxdp._version import __version__
 from jaxdp.accounting import Plan, epsilon_from_rho
 from jaxdp.binning import DEFAULT_BINNING_SHARE
@@ -671,6 +672,23 @@ def _release(mechanism, state, key, rows=None):
 # One compiled program per release shape: sampling op by op compiles every small op separately
 # (half a minute for GEM on ADULT on a 2-core CPU).
 _release_jit = jax.jit(_release, static_argnums=3)
+# A release of up to FAST_RELEASE_ROWS records is mostly its compile (PEP on ADULT-reduced:
+# 0.95 s to compile, 0.02 s to run), so it compiles with XLA:CPU's quicker code generator
+# (`jaxdp._jit`): 0.34 s less to compile, and at 10^6 records 0.27 s less to compile and 0.07 s
+# more to run. Beyond, the run outgrows what the compile saves.
+FAST_RELEASE_ROWS = 2**20
+_release_fast_compiled = fast_compiled(_release, static_argnums=3)
+
+
+def _release_compiler(mechanism, rows: int | None):
+    """The release's jitted function: fast-compiled where the release is small."""
+    if contract.releases(mechanism) == "answers":
+        return _release_fast_compiled
+    if rows is None:
+        rows = getattr(mechanism, "public_rows", None)
+    return _release_jit if rows is None or rows > FAST_RELEASE_ROWS else _release_fast_compiled
+
+
 # Release programs by signature, compiled on a thread of their own, so that a release can start
 # compiling before the rounds run, and a process that releases the same shapes again (a notebook,
 # a loop over seeds) compiles them once.
@@ -685,7 +703,8 @@ def _release_program(mechanism, state, key: Key, rows: int | None, *, wait: bool
         jax.tree.structure(arguments),
         tuple((x.shape, x.dtype) for x in jax.tree.leaves(arguments)),
     )
-    return _release_programs.program(signature, lambda: _release_jit.lower(*arguments, rows), wait=wait)
+    release = _release_compiler(mechanism, rows)
+    return _release_programs.program(signature, lambda: release.lower(*arguments, rows), wait=wait)
 
 
 def _compiles_ahead(mechanism) -> bool:
@@ -712,7 +731,7 @@ def _release_ahead(mechanism, key: Key, rows: int | None) -> bool:
 def _released(mechanism, state, key: Key, rows: int | None):
     """The release, by the compiled program of its shapes (the one compiled ahead, if any)."""
     if not _compiles_ahead(mechanism):
-        release = _release_jit if contract.jittable(mechanism) else _release
+        release = _release_compiler(mechanism, rows) if contract.jittable(mechanism) else _release
         return release(mechanism, state, key, rows)
     return _release_program(mechanism, state, key, rows)(mechanism, state, key)
 

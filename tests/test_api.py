@@ -293,6 +293,20 @@ def test_table_releases_come_back_in_the_input_container(container):
         assert set(out[:, 2]) <= {0.0, 1.0, 2.0, 3.0}
 
 
+def test_small_releases_compile_for_a_short_run_and_large_ones_with_xla_defaults():
+    # The fast-compiled release draws what the eager release draws (the test above); here, which
+    # releases get it: those of at most FAST_RELEASE_ROWS records, and every answers release.
+    from tests.mechanisms.conftest import tiny_dataset
+
+    data = tiny_dataset()
+    mech = jaxdp.pep(data, all_kway(data.domain.sizes, 2), rounds=3, epsilon=1.0, delta=1e-6)
+    assert api._release_compiler(mech, None) is api._release_fast_compiled  # n = len(data)
+    assert api._release_compiler(mech, api.FAST_RELEASE_ROWS) is api._release_fast_compiled
+    assert api._release_compiler(mech, api.FAST_RELEASE_ROWS + 1) is api._release_jit
+    answers = jaxdp.gaussian(data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6)
+    assert api._release_compiler(answers, None) is api._release_fast_compiled
+
+
 def test_a_release_compiled_ahead_draws_what_the_release_draws():
     # `execute` compiles the release on another thread while the rounds run (rows known before
     # the run: n under replace-one). Its records are those of the plain release, and a row count

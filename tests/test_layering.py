@@ -21,6 +21,7 @@ FLOORS = {
     "jaxdp._io": 0,
     "jaxdp._compile_cache": 0,
     "jaxdp._background": 0,
+    "jaxdp._jit": 0,
     "jaxdp.types": 0,
     "jaxdp.keys": 1,
     "jaxdp.accounting": 1,

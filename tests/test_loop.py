@@ -237,3 +237,24 @@ def test_no_compiled_program_of_run_many_holds_a_private_value():
     assert not any(_same(c, p) for c in _constants(closed) for p in private)
     arg_shapes = [tuple(v.aval.shape) for v in closed.jaxpr.invars]
     assert all(p.shape in arg_shapes for p in private)  # it enters as an argument instead
+
+
+def test_short_histogram_rounds_compile_for_a_short_run_and_the_rest_with_xla_defaults(monkeypatch):
+    # PEP's and MWEM's rounds on a small histogram compile with XLA:CPU's quicker code generator
+    # (jaxdp/_jit.py); past SHORT_RUN_WORK, and for families whose rounds run long (RAP's Adam
+    # fit, DualQuery's oracle), the rounds keep XLA's default code.
+    from tests.mechanisms.conftest import FACTORIES, tiny_dataset
+
+    data = tiny_dataset()
+    key = jax.random.key(0)
+    for name, short in (("pep", True), ("mwem", True), ("rap-softmax", False), ("dualquery", False)):
+        mech = FACTORIES[name](data, epsilon=1.0, delta=1e-6)
+        state = loop._init_jit(mech, key)
+        expected = loop._scan_fast_compiled if short else loop._scan_jit
+        assert loop._rounds_program(mech, state, mech.rounds) is expected, name
+    pep = FACTORIES["pep"](data, epsilon=1.0, delta=1e-6)
+    state = loop._init_jit(pep, key)
+    work = pep.rounds * sum(math.prod(x.shape) for x in jax.tree.leaves(state))
+    monkeypatch.setattr(loop, "SHORT_RUN_WORK", work - 1)
+    assert loop._rounds_program(pep, state, pep.rounds) is loop._scan_jit
+    assert loop._rounds_program(pep, state, pep.rounds - 1) is loop._scan_fast_compiled

@@ -82,6 +82,9 @@ class Family:
         numeric: it fits numeric columns as real values (RAP++'s mixed rows); the others need
             categorical data (a table schema's numeric columns binned).
         releases: "records" (synthetic records) or "answers" (the noisy answers themselves).
+        short_rounds: its rounds are closed-form updates whose run, on a small model, is short
+            next to their compile (PEP's and MWEM's histograms), so `jaxdp.run` compiles them
+            for a short run where the model is small (`jaxdp.loop.SHORT_RUN_WORK`).
     """
 
     jittable: ClassVar[bool] = True
@@ -91,6 +94,7 @@ class Family:
     several_classes: ClassVar[bool] = False
     numeric: ClassVar[bool] = False
     releases: ClassVar[str] = "records"
+    short_rounds: ClassVar[bool] = False
 
     def bind(
         self,

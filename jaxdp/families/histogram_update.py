@@ -11,7 +11,7 @@ measurements (`Measured`), never the data.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax.numpy as jnp
 
@@ -50,6 +50,8 @@ class HistogramModel(NamedTuple):
 @pytree_dataclass
 class _Histogram(Family):
     """A distribution over a support, updated from `Measurements` (one slot per measurement)."""
+
+    short_rounds: ClassVar[bool] = True
 
     support: DenseSupport | PublicSupport | None = None
     padding: MarginalPadding | None = None
