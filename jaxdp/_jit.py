@@ -4,10 +4,10 @@ XLA:CPU generates fusion code with its MLIR fusion emitters by default. Its clas
 emitters (`xla_cpu_use_fusion_emitters=False`) compile jaxdp's programs in 30-40% less time, but
 the code they make runs slower: measured on the 2-core CPU (`bench/README.md`, "Compile
 options"), the relaxed kernels' value and gradient compile in 0.78 s instead of 1.28 s and run
-5% slower, exact marginal counts of 10^6 records run 1.85x slower, DualQuery's rounds 35% and
+6% slower, exact marginal counts of 10^6 records run 1.86x slower, DualQuery's rounds 35% and
 AIM's fit on large cliques 19% slower. So the default stays XLA's, and `fast_compiled` is for
-programs whose compile outweighs their run: PEP's 25 rounds on ADULT-reduced compile in 1.06 s
-instead of 1.87 s and run 0.13 s slower; its release compiles in 0.61 s instead of 0.95 s.
+programs whose compile outweighs their run: PEP's 25 rounds on ADULT-reduced compile in 1.05 s
+instead of 1.77 s and run 0.15 s slower; its release compiles in 0.62 s instead of 0.95 s.
 
 An XLA that does not know the option (an older one, or a later one without the classic
 emitters) compiles these programs with its defaults. The option names XLA:CPU's code generator
