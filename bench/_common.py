@@ -101,6 +101,13 @@ def time_call(fn: Callable, *args: Any, repeats: int = 7, warmup: int = 1) -> di
     }
 
 
+def child_record(script: str, *args: str, env: dict[str, str]) -> dict[str, Any]:
+    """Run `python script *args` in a fresh process (a cold measurement: it shares no compiled
+    program with this one) and return the JSON object its last line prints."""
+    out = subprocess.run([sys.executable, script, *args], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 class Recorder:
     """Prints records as JSON lines (and appends them to `path` if given)."""
 

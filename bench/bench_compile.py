@@ -21,7 +21,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sys.path.insert(0, str(BENCH))
-    from _common import Recorder, git_commit, load_average
+    from _common import Recorder, child_record, git_commit, load_average
 
     codes = {"this": REPO, **{name: Path(path) for name, path in (c.split("=", 1) for c in args.code)}}
     rec = Recorder(args.out)
@@ -117,14 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.repeats):
                 for name, path in codes.items():
                     env = {**os.environ, "PYTHONPATH": str(path), "JAX_ENABLE_COMPILATION_CACHE": "false"}
-                    out = subprocess.run(
-                        [sys.executable, __file__, "--child", case, kernel],
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        check=True,
-                    )
-                    runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                    runs[name].append(child_record(__file__, "--child", case, kernel, env=env))
             for name, records in runs.items():
                 first = records[0]
                 fields = {

@@ -22,7 +22,6 @@ import functools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import Recorder, load_average
+    from _common import Recorder, child_record, load_average
 
     rec = Recorder(args.out)
     env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}
@@ -114,14 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         loads = []
         for _ in range(args.repeats):
             for generator in GENERATORS:
-                out = subprocess.run(
-                    [sys.executable, __file__, "--child", case, generator],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                runs[generator].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                runs[generator].append(child_record(__file__, "--child", case, generator, env=env))
                 loads.append(load_average())
         for generator, records in runs.items():
             rec.emit(
