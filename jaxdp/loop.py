@@ -87,12 +87,14 @@ _scan_fast_compiled = fast_compiled(_scan_rounds, static_argnames="length")
 SHORT_RUN_WORK = 2**25
 
 
-def _rounds_program(mechanism, state, rounds: int):
-    """The jitted rounds of `mechanism`: compiled for a short run where they are short."""
+def _rounds_program(mechanism, state):
+    """The jitted rounds of `mechanism`: compiled for a short run where they are short. Decided
+    by the planned rounds, not the rounds of this call, so that a run in parts compiles what a
+    run in one go does."""
     family = getattr(mechanism, "family", None)
     if family is None or not family.short_rounds:
         return _scan_jit
-    work = rounds * sum(math.prod(np.shape(leaf)) for leaf in jax.tree.leaves(state))
+    work = mechanism.rounds * sum(math.prod(np.shape(leaf)) for leaf in jax.tree.leaves(state))
     return _scan_fast_compiled if work <= SHORT_RUN_WORK else _scan_jit
 
 
@@ -186,7 +188,7 @@ def _block_sizes(rounds: int, progress: Progress | bool | None, blocks: int) -> 
 
 def _run_jitted(mechanism, key, rounds, progress, blocks):
     state = _init_jit(mechanism, key)
-    scan = _rounds_program(mechanism, state, rounds)
+    scan = _rounds_program(mechanism, state)
     infos, done = [], 0
     for size in _block_sizes(rounds, progress, blocks):
         state, info = scan(mechanism, state, key, jnp.asarray(done, jnp.int32), size)

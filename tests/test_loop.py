@@ -251,10 +251,11 @@ def test_short_histogram_rounds_compile_for_a_short_run_and_the_rest_with_xla_de
         mech = FACTORIES[name](data, epsilon=1.0, delta=1e-6)
         state = loop._init_jit(mech, key)
         expected = loop._scan_fast_compiled if short else loop._scan_jit
-        assert loop._rounds_program(mech, state, mech.rounds) is expected, name
+        assert loop._rounds_program(mech, state) is expected, name
     pep = FACTORIES["pep"](data, epsilon=1.0, delta=1e-6)
     state = loop._init_jit(pep, key)
     work = pep.rounds * sum(math.prod(x.shape) for x in jax.tree.leaves(state))
+    monkeypatch.setattr(loop, "SHORT_RUN_WORK", work)
+    assert loop._rounds_program(pep, state) is loop._scan_fast_compiled
     monkeypatch.setattr(loop, "SHORT_RUN_WORK", work - 1)
-    assert loop._rounds_program(pep, state, pep.rounds) is loop._scan_jit
-    assert loop._rounds_program(pep, state, pep.rounds - 1) is loop._scan_fast_compiled
+    assert loop._rounds_program(pep, state) is loop._scan_jit
