@@ -9,15 +9,17 @@ AIM's fit on large cliques 19% slower. So the default stays XLA's, and `fast_com
 programs whose compile outweighs their run: PEP's 25 rounds on ADULT-reduced compile in 1.05 s
 instead of 1.77 s and run 0.15 s slower; its release compiles in 0.62 s instead of 0.95 s.
 
-An XLA that does not know the option (an older one, or a later one without the classic
-emitters) compiles these programs with its defaults. The option names XLA:CPU's code generator
-only: GPU and TPU compiles ignore it. It is chosen at the first compile, not at import: asking
-needs a backend, and importing jaxdp must not start one (a user may still pick the platform).
+Where XLA does not take the option (an older XLA, a later one without the classic emitters, a
+backend other than the CPU's), or the user chose the emitters in `XLA_FLAGS`, these programs
+compile with XLA's defaults. The choice is made at the first compile, not at import: asking needs
+a backend, and importing jaxdp must not start one (a user may still pick the platform).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,16 +28,25 @@ import jax
 import numpy as np
 
 FAST_COMPILE_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+logger = logging.getLogger("jaxdp")
+
+
+def _probe(options: dict[str, Any]) -> None:
+    """Compile a trivial program with `options` (raises what XLA raises)."""
+    jax.jit(lambda x: x, compiler_options=options).lower(np.float32(0)).compile()
 
 
 @functools.cache
 def compiler_options() -> dict[str, Any]:
-    """`FAST_COMPILE_OPTIONS` when this XLA accepts them (one trivial compile tells), else none."""
+    """`FAST_COMPILE_OPTIONS` where XLA:CPU compiles the programs and takes them, else none."""
+    if jax.default_backend() != "cpu":
+        return {}
+    if any(name in os.environ.get("XLA_FLAGS", "") for name in FAST_COMPILE_OPTIONS):
+        return {}  # the user's own choice of code generator stands
     try:
-        jax.jit(lambda x: x, compiler_options=FAST_COMPILE_OPTIONS).lower(np.float32(0)).compile()
+        _probe(FAST_COMPILE_OPTIONS)
     except jax.errors.JaxRuntimeError as error:
-        if "compile option" not in str(error):
-            raise
+        logger.info("XLA's default code generator for every program: %s", error)
         return {}
     return dict(FAST_COMPILE_OPTIONS)
 
@@ -43,8 +54,8 @@ def compiler_options() -> dict[str, Any]:
 class _FastCompiled:
     """`jax.jit(fun, **kwargs)` compiled with `compiler_options()` where it compiles on its own.
 
-    JAX takes compiler options on top-level programs only: called inside another trace (any
-    argument a tracer), the program is inlined into the caller and compiles with the caller's.
+    JAX takes compiler options on top-level programs only: called inside another trace, the
+    program is inlined into the caller and compiles with the caller's.
     """
 
     def __init__(self, fun: Callable, kwargs: dict[str, Any]):
@@ -65,7 +76,12 @@ class _FastCompiled:
     def __call__(self, *args, **kwargs):
         if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs))):
             return self._inlined(*args, **kwargs)
-        return (self._top_level or self._program())(*args, **kwargs)
+        try:
+            return (self._top_level or self._program())(*args, **kwargs)
+        except ValueError as error:
+            if "top-level" not in str(error):
+                raise
+            return self._inlined(*args, **kwargs)  # inside a trace, with concrete arguments only
 
     def lower(self, *args, **kwargs) -> jax.stages.Lowered:
         return (self._top_level or self._program()).lower(*args, **kwargs)

@@ -674,7 +674,7 @@ def _release(mechanism, state, key, rows=None):
 _release_jit = jax.jit(_release, static_argnums=3)
 # A release of up to FAST_RELEASE_ROWS records is mostly its compile (PEP on ADULT-reduced:
 # 0.95 s to compile, 0.02 s to run), so it compiles with XLA:CPU's quicker code generator
-# (`jaxdp._jit`): 0.34 s less to compile, and at 10^6 records 0.27 s less to compile and 0.07 s
+# (`jaxdp._jit`): 0.33 s less to compile, and at 10^6 records 0.29 s less to compile and 0.06 s
 # more to run. Beyond, the run outgrows what the compile saves.
 FAST_RELEASE_ROWS = 2**20
 _release_fast_compiled = fast_compiled(_release, static_argnums=3)

@@ -91,8 +91,7 @@ def _rounds_program(mechanism, state):
     """The jitted rounds of `mechanism`: compiled for a short run where they are short. Decided
     by the planned rounds, not the rounds of this call, so that a run in parts compiles what a
     run in one go does."""
-    family = getattr(mechanism, "family", None)
-    if family is None or not family.short_rounds:
+    if not getattr(getattr(mechanism, "family", None), "short_rounds", False):
         return _scan_jit
     work = mechanism.rounds * sum(math.prod(np.shape(leaf)) for leaf in jax.tree.leaves(state))
     return _scan_fast_compiled if work <= SHORT_RUN_WORK else _scan_jit

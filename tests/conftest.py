@@ -104,3 +104,20 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not beside this checkout (only CI and developers have it)")
     return SHARED_DATA
+
+
+class CallCounter:
+    """Stands in for a jitted function (calls and `lower`), counting the uses of each."""
+
+    def __init__(self, jitted):
+        self._jitted = jitted
+        self.calls = 0
+        self.lowerings = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self._jitted(*args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        self.lowerings += 1
+        return self._jitted.lower(*args, **kwargs)

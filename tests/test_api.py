@@ -293,9 +293,11 @@ def test_table_releases_come_back_in_the_input_container(container):
         assert set(out[:, 2]) <= {0.0, 1.0, 2.0, 3.0}
 
 
-def test_small_releases_compile_for_a_short_run_and_large_ones_with_xla_defaults():
-    # The fast-compiled release draws what the eager release draws (the test above); here, which
-    # releases get it: those of at most FAST_RELEASE_ROWS records, and every answers release.
+def test_small_releases_compile_for_a_short_run_and_large_ones_with_xla_defaults(monkeypatch):
+    # The fast-compiled release draws what the eager release draws (the next test); here, which
+    # releases get it: those of at most FAST_RELEASE_ROWS records, and every answers release,
+    # whether compiled ahead or at the release.
+    from tests.conftest import CallCounter
     from tests.mechanisms.conftest import tiny_dataset
 
     data = tiny_dataset()
@@ -305,6 +307,14 @@ def test_small_releases_compile_for_a_short_run_and_large_ones_with_xla_defaults
     assert api._release_compiler(mech, api.FAST_RELEASE_ROWS + 1) is api._release_jit
     answers = jaxdp.gaussian(data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6)
     assert api._release_compiler(answers, None) is api._release_fast_compiled
+    fast = CallCounter(api._release_fast_compiled)
+    monkeypatch.setattr(api, "_release_fast_compiled", fast)
+    key = jax.random.key(3)
+    state = loop.run(mech, key).state
+    api._released(mech, state, key, 17)  # compiled at the release, on the release thread
+    monkeypatch.setattr(api, "_compiles_ahead", lambda mechanism: False)
+    api._released(mech, state, key, 17)  # the plain path
+    assert (fast.lowerings, fast.calls) == (1, 1)
 
 
 def test_a_release_compiled_ahead_draws_what_the_release_draws():

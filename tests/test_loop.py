@@ -259,3 +259,16 @@ def test_short_histogram_rounds_compile_for_a_short_run_and_the_rest_with_xla_de
     assert loop._rounds_program(pep, state) is loop._scan_fast_compiled
     monkeypatch.setattr(loop, "SHORT_RUN_WORK", work - 1)
     assert loop._rounds_program(pep, state) is loop._scan_jit
+    monkeypatch.undo()
+    # `run` goes through the program chosen, in one block, in blocks, and for part of the rounds
+    # (the planned rounds decide, so a run in parts compiles what a whole run does).
+    from tests.conftest import CallCounter
+
+    fast = CallCounter(loop._scan_fast_compiled)
+    monkeypatch.setattr(loop, "_scan_fast_compiled", fast)
+    loop.run(pep, key)
+    loop.run(pep, key, progress=True, blocks=2)
+    loop.run(pep, key, rounds=1)
+    assert fast.calls == 1 + 2 + 1
+    loop.run(FACTORIES["rap-softmax"](data, epsilon=1.0, delta=1e-6), key)
+    assert fast.calls == 4
