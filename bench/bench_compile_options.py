@@ -72,6 +72,7 @@ def _program(case: str):
 def measure(case: str, generator: str) -> dict:
     """One cold compile and the median run, in this process."""
     import jax
+    from _common import time_call  # the child runs from bench/, where _common lives
 
     from jaxdp import _jit
 
@@ -83,13 +84,8 @@ def measure(case: str, generator: str) -> dict:
     start = time.perf_counter()
     compiled = lowered.compile()
     compile_s = time.perf_counter() - start
-    jax.block_until_ready(compiled(*args))
-    times = []
-    for _ in range(RUN_CALLS[case]):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-    return {"compile_s": compile_s, "run_s": statistics.median(times)}
+    run = time_call(compiled, *args, repeats=RUN_CALLS[case])
+    return {"compile_s": compile_s, "run_s": run["median_s"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,8 +69,10 @@ class _FastCompiled:
     def _program(self):
         with self._lock:
             if self._top_level is None:
-                options = compiler_options() or None
-                self._top_level = jax.jit(self._fun, compiler_options=options, **self._kwargs)
+                options = compiler_options()
+                self._top_level = (
+                    jax.jit(self._fun, compiler_options=options, **self._kwargs) if options else self._inlined
+                )
             return self._top_level
 
     def __call__(self, *args, **kwargs):
