@@ -15,15 +15,17 @@ where H_j stacks the head products of every marginal with pivot j (a ones row fo
 marginals, attribute blocks for 3-way ones), P_j is block j and L_j stacks the blocks of every last
 attribute. So for each pivot attribute the row-wise outer product of heads and pivot is formed once
 and multiplied with all later blocks in one matmul: exactly one multiply-add per (row, answer) for
-all-k-way workloads, and one matmul per attribute however many marginals there are. The blocks
-are gathered by index arrays that are arguments of the program, so its size follows the
-attributes, not the marginals. Measured on the 2-core CPU for ADULT's 286 3-way marginals, 1000
-rows (`bench/bench_compile.py`): ~8 ms, compile ~0.6 s; value and gradient of an L2 loss ~25 ms,
-compile ~1.3 s. The backward pass is hand-written: two matmuls per pivot against the output's
-gradient, in a loop over row chunks of its own that recomputes each chunk's blocks. Static
-slices in place of the gathers compiled in 0.9 s but ran 20% slower, and a training loop pays
-the run on every step. Being a `custom_vjp`, the kernel supports reverse-mode differentiation
-(`jax.grad`, `jax.vjp`) but not forward mode (`jax.jvp`, `jax.jacfwd`).
+all-k-way workloads, and one matmul per attribute however many marginals there are. All the
+blocks are read by one gather through an index array that is an argument of the program, then
+split, so the program's size follows the attributes, not the marginals, and its gradient holds
+one scatter-add, not one per block (which halved the compile time). Measured on the 2-core CPU
+for ADULT's 286 3-way marginals, 1000 rows (`bench/bench_compile.py`): ~8 ms, compile ~0.3 s;
+value and gradient of an L2 loss ~26 ms, compile ~0.65 s. The backward pass is hand-written:
+two matmuls per pivot against the output's gradient, in a loop over row chunks of its own that
+recomputes each chunk's blocks. Static slices of the probabilities in place of the gather
+compiled quicker but ran 20% slower, and a training loop pays the run on every step. Being a
+`custom_vjp`, the kernel supports reverse-mode differentiation (`jax.grad`, `jax.vjp`) but not
+forward mode (`jax.jvp`, `jax.jacfwd`).
 
 `product_query_answers` is the gather path for an arbitrary batch of product queries.
 """
@@ -79,24 +81,28 @@ class RelaxedPlan:
     """Array form of a marginal workload for the pivot kernel.
 
     Attributes:
-        head_index: per pivot, (h_j, kh_j) int32 rows of the transposed probabilities extended by
-            a ones row (index `width`); head row r is the product of the indexed rows.
-        pivot_start: (n_pivots,) int32 first column of each pivot attribute's block.
-        last_index: per pivot, (c_j,) int32 columns of the stacked last-attribute blocks.
+        gather_index: (rows,) int32 rows of the transposed probabilities extended by a ones row
+            (index `width`), read by one gather: for each pivot in turn, its heads' first
+            attributes, their second attributes (and so on, `pivot_shapes`' head width), the
+            pivot's block and the stacked blocks of its last attributes. Head row r of a pivot
+            is the product of its r-th rows in each head column.
         flat_index: (n_queries,) int32 position of each counting query (workload order) in the
             concatenation of the pivots' M_j (raveled) and the column sums (for 1-way marginals).
-        pivot_sizes: block size of each pivot attribute (static).
+        pivot_shapes: per pivot (static), (head rows h_j, head width kh_j, pivot size, last
+            columns c_j).
         width: number of probability columns (static).
         n_queries: number of counting queries (static).
     """
 
-    head_index: tuple[Array, ...]
-    pivot_start: Array
-    last_index: tuple[Array, ...]
+    gather_index: Array
     flat_index: Array
-    pivot_sizes: tuple[int, ...] = static_field()
+    pivot_shapes: tuple[tuple[int, int, int, int], ...] = static_field()
     width: int = static_field()
     n_queries: int = static_field()
+
+    @property
+    def pivot_sizes(self) -> tuple[int, ...]:
+        return tuple(size for _, _, size, _ in self.pivot_shapes)
 
 
 @functools.lru_cache(maxsize=64)
@@ -112,7 +118,8 @@ def relaxed_plan(workload: MarginalWorkload) -> RelaxedPlan:
             heads.add(c[:-2])
             lasts.add(c[-1])
 
-    head_index, pivot_start, last_index, pivot_sizes = [], [], [], []
+    gather: list[np.ndarray] = []  # the pieces of `gather_index`, in order
+    pivot_shapes = []
     where: dict[int, tuple[int, dict, dict, int]] = {}  # pivot -> (base, head row, last col, C)
     base = 0
     for j in sorted(pivots):
@@ -138,10 +145,10 @@ def relaxed_plan(workload: MarginalWorkload) -> RelaxedPlan:
             last_col[l] = n_cols
             cols.append(offsets[l] + np.arange(sizes[l]))
             n_cols += sizes[l]
-        head_index.append(np.concatenate(rows).astype(np.int32))
-        last_index.append(np.concatenate(cols).astype(np.int32))
-        pivot_start.append(int(offsets[j]))
-        pivot_sizes.append(sizes[j])
+        head_columns = np.concatenate(rows)
+        gather += [head_columns[:, t] for t in range(kh)]
+        gather += [offsets[j] + np.arange(sizes[j]), *cols]
+        pivot_shapes.append((n_rows, kh, sizes[j], n_cols))
         where[j] = (base, head_row, last_col, n_cols)
         base += n_rows * sizes[j] * n_cols
 
@@ -159,14 +166,9 @@ def relaxed_plan(workload: MarginalWorkload) -> RelaxedPlan:
             row = (head_row[h] + head_cell) * sizes[j] + codes[:, -2]
             idx = b + row * n_cols + last_col[l] + codes[:, -1]
         flat[off : off + len(codes)] = idx
+    gather_index = np.concatenate(gather) if gather else np.zeros(0, np.int64)
     return RelaxedPlan(
-        tuple(head_index),
-        np.asarray(pivot_start, np.int32),
-        tuple(last_index),
-        flat.astype(np.int32),
-        tuple(pivot_sizes),
-        width,
-        workload.n_queries,
+        gather_index.astype(np.int32), flat.astype(np.int32), tuple(pivot_shapes), width, workload.n_queries
     )
 
 
@@ -220,35 +222,28 @@ def _trilinear_bwd(res, g):
 _trilinear.defvjp(_trilinear_fwd, _trilinear_bwd)
 
 
-def _head_rows(pt_ext: Array, index: Array) -> Array:
-    """(h, K) head products: row r is the product of pt_ext rows index[r, :]."""
-    kh = index.shape[1]
-    if kh == 0:
-        return jnp.ones((index.shape[0], pt_ext.shape[1]), pt_ext.dtype)
-    out = pt_ext[index[:, 0]]
-    for t in range(1, kh):
-        out = out * pt_ext[index[:, t]]
-    return out
-
-
 def _pivot_sums(pt: Array, weights: Array | None, plan: RelaxedPlan) -> Array:
     """Sums over rows of every M_j entry and every column; pt is (width, K).
+
+    Every pivot's blocks are read by one gather and split into pieces (`gather_index`): the
+    gradient is then one concatenation and one scatter-add, whatever the number of pivots (a
+    gather per block compiled a scatter per block in the backward pass).
 
     With row weights, only the pivot factor and the column sums are weighted: every product has
     exactly one pivot factor, so each row's product is weighted once.
     """
     pt_ext = jnp.concatenate([pt, jnp.ones((1, pt.shape[1]), pt.dtype)])
-    starts = jnp.asarray(plan.pivot_start)
+    piece_rows = [n for h, kh, size, c in plan.pivot_shapes for n in (*[h] * kh, size, c)]
+    pieces = iter(jax.lax.split(pt_ext[jnp.asarray(plan.gather_index)], piece_rows) if piece_rows else ())
     parts = []
-    for j, (hidx, lidx, size) in enumerate(
-        zip(plan.head_index, plan.last_index, plan.pivot_sizes, strict=True)
-    ):
-        heads = _head_rows(pt_ext, jnp.asarray(hidx))
-        pivot = jax.lax.dynamic_slice_in_dim(pt, starts[j], size, axis=0)
+    for h, kh, _, _ in plan.pivot_shapes:
+        heads = jnp.ones((h, pt.shape[1]), pt.dtype)
+        for _ in range(kh):
+            heads = heads * next(pieces)
+        pivot = next(pieces)
         if weights is not None:
             pivot = pivot * weights[None, :]
-        lasts = pt[jnp.asarray(lidx)]
-        parts.append(_trilinear(heads, pivot, lasts).reshape(-1))
+        parts.append(_trilinear(heads, pivot, next(pieces)).reshape(-1))
     parts.append(jnp.sum(pt if weights is None else pt * weights[None, :], axis=1))
     return jnp.concatenate(parts)
 
@@ -299,10 +294,7 @@ _chunked_sums.defvjp(_chunked_sums_fwd, _chunked_sums_bwd)
 
 
 def _total_size(plan: RelaxedPlan) -> int:
-    total = plan.width
-    for hidx, lidx, size in zip(plan.head_index, plan.last_index, plan.pivot_sizes, strict=True):
-        total += hidx.shape[0] * size * lidx.shape[0]
-    return int(total)
+    return plan.width + sum(h * size * c for h, _, size, c in plan.pivot_shapes)
 
 
 def _check_probs(probs: Array, width: int) -> Array:
