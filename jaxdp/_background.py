@@ -14,15 +14,33 @@ class Compiler:
 
     Args:
         name: the compiling thread's name (it shows in profiles and thread dumps).
+        capacity: programs kept at most (the least recently asked for go first); None keeps all.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, capacity: int | None = None):
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._programs: dict[Hashable, concurrent.futures.Future] = {}
+        self._capacity = capacity
 
-    def program(self, signature: Hashable, lower: Callable[[], Any], *, wait: bool = True) -> Any:
+    def program(
+        self,
+        signature: Hashable,
+        lower: Callable[[], Any],
+        *,
+        wait: bool = True,
+        options: dict[str, Any] | None = None,
+    ) -> Any:
         """The compiled program of `signature`, from `lower()` (a `jax.stages.Lowered`) the first
-        time it is asked for; with `wait=False`, start compiling it and return None."""
-        if signature not in self._programs:
-            self._programs[signature] = self._pool.submit(lambda: lower().compile())
-        return self._programs[signature].result() if wait else None
+        time it is asked for, with XLA compiler `options`; with `wait=False`, start compiling it
+        and return None."""
+        future = self._programs.pop(signature, None)
+        if future is None:
+            future = self._pool.submit(lambda: lower().compile(options))
+        self._programs[signature] = future  # now the most recently asked for
+        if self._capacity is not None and len(self._programs) > self._capacity:
+            del self._programs[next(iter(self._programs))]
+        return future.result() if wait else None
+
+    def __contains__(self, signature: Hashable) -> bool:
+        """Whether the program of `signature` is compiled or compiling."""
+        return signature in self._programs

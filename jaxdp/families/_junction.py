@@ -17,6 +17,8 @@ XLA compile per round. Here the tree is data instead of program structure:
 Every kind of index array is padded to a power-of-two length of its own (`Layout`), with spare
 slots that absorb the padding; so the program compiles once per layout, and a whole AIM run
 reaches a few layouts however many rounds it runs.
+The gathers and scatters cost about 3 ns an entry on a CPU; a model with large tables is fitted by
+its own tree's dense program instead (`_dense_junction`, which shares `descend`).
 
 The optimisation is mbi's `MirrorDescent` step for step (Armijo line search, step size
 2 / (L total), blocks of 50 iterations, the same early stop), on the same loss
@@ -29,7 +31,7 @@ Everything here is post-processing of released measurements.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -289,6 +291,16 @@ class _State(NamedTuple):
     loss: Array
 
 
+class _Carry(NamedTuple):
+    """The descent's loop state: the iterate, iterations done (step 0 evaluates the start), the
+    loss at the last block's end and the blocks in a row that stalled."""
+
+    state: _State
+    iteration: Array
+    previous: Array
+    stalls: Array
+
+
 @jax.jit
 def mirror_descent(
     program: TreeProgram,
@@ -300,59 +312,85 @@ def mirror_descent(
     max_blocks: Array,
     tol: Array,
 ) -> tuple[Array, Array, Array]:
-    """mbi's `MirrorDescent` with Armijo line search, `BLOCK` iterations at a time.
+    """`descend` over the padded index arrays of `program` (the tree as data; `sweeps` is a
+    traced count). Padding is 0 in theta, noisy and precision (a 0 precision drops a cell from
+    the loss)."""
+    sweeps = jnp.asarray(program.sweeps, jnp.int32)
+
+    def counts_of(theta):
+        return _measured(program, _potential_counts(program, theta, total, sweeps), noisy.shape[0])
+
+    def gradient_of(residual):
+        return _segment_sum(residual[program.route_measured], program.route_potential, theta.shape[0])
+
+    return descend(counts_of, gradient_of, theta, noisy, precision, alpha, max_blocks, tol)
+
+
+def descend(
+    counts_of: Callable[[Array], Array],
+    gradient_of: Callable[[Array], Array],
+    theta: Array,
+    noisy: Array,
+    precision: Array,
+    alpha: Array,
+    max_blocks: Array,
+    tol: Array,
+) -> tuple[Array, Array, Array]:
+    """mbi's `MirrorDescent` with Armijo line search, `BLOCK` iterations at a time (traced:
+    call it inside a jitted function).
 
     Args:
-        program: the tree (its index arrays; `sweeps` is a traced count).
-        theta: (potentials,) starting log-potentials on the potential cells (0 on padding).
-        noisy: (measured,) the measurements (0 on padding); precision: (measured,) 1 / sigma^2 of each
-            measured cell (0 on padding, which drops it from the loss).
-        total: the model's total; alpha: the first step size, 2 / (L total).
+        counts_of: (potentials,) log-potentials -> (measured,) the model's counts on every
+            measured cell.
+        gradient_of: (measured,) the loss's gradient in the measured counts -> (potentials,) its
+            gradient in the potentials' marginals (mbi's dL, the mirror-descent direction).
+        theta: starting log-potentials on the potential cells.
+        noisy: the measurements; precision: 1 / sigma^2 of each measured cell.
+        alpha: the first step size, 2 / (L total).
         max_blocks: blocks of `BLOCK` iterations at most; tol: stop once `PATIENCE` consecutive
             blocks each lowered the loss by at most tol * max(loss, 1) (-inf: never).
 
     Returns:
         (log-potentials, final loss, blocks run).
     """
-    sweeps = jnp.asarray(program.sweeps, jnp.int32)
 
     def loss_of(counts):
         return 0.5 * jnp.sum(precision * (counts - noisy) ** 2)
 
-    def counts_of(theta):
-        return _measured(program, _potential_counts(program, theta, total, sweeps), noisy.shape[0])
-
-    def step(_, state: _State) -> _State:
-        residual = precision * (state.counts - noisy)  # the loss's gradient in the measured counts
-        loss = loss_of(state.counts)
-        # ... and in the potentials' marginals: mbi's dL, the mirror-descent direction
-        gradient = _segment_sum(residual[program.route_measured], program.route_potential, theta.shape[0])
-        candidate = state.theta - state.alpha * gradient
+    def step(carry: _Carry) -> _Carry:
+        # Step 0 only evaluates the starting point, through the same `counts_of` as every step:
+        # the program then holds one copy of belief propagation, not two (half the compile).
+        state, iteration = carry.state, carry.iteration
+        started = iteration > 0
+        residual = precision * (state.counts - noisy)
+        candidate = jnp.where(started, state.theta - state.alpha * gradient_of(residual), state.theta)
         counts = counts_of(candidate)
         new_loss = loss_of(counts)
-        accept = loss - new_loss >= 0.5 * state.alpha * jnp.dot(residual, state.counts - counts)
-        return _State(
+        armijo = state.loss - new_loss >= 0.5 * state.alpha * jnp.dot(residual, state.counts - counts)
+        accept = armijo | ~started
+        state = _State(
             theta=jnp.where(accept, candidate, state.theta),
             counts=jnp.where(accept, counts, state.counts),
-            alpha=jnp.where(accept, 1.01 * state.alpha, 0.5 * state.alpha),
-            loss=jnp.where(accept, new_loss, loss),
+            alpha=jnp.where(started, jnp.where(armijo, 1.01, 0.5) * state.alpha, state.alpha),
+            loss=jnp.where(accept, new_loss, state.loss),
+        )
+        block_end = started & (iteration % BLOCK == 0)
+        stalled = carry.previous - state.loss <= tol * jnp.maximum(jnp.abs(state.loss), 1.0)
+        return _Carry(
+            state=state,
+            iteration=iteration + 1,
+            previous=jnp.where(block_end, state.loss, carry.previous),
+            stalls=jnp.where(block_end, jnp.where(stalled, carry.stalls + 1, 0), carry.stalls),
         )
 
-    def block(carry):
-        state, previous, stalls, blocks = carry
-        state = jax.lax.fori_loop(0, BLOCK, step, state)
-        stalled = previous - state.loss <= tol * jnp.maximum(jnp.abs(state.loss), 1.0)
-        return state, state.loss, jnp.where(stalled, stalls + 1, jnp.int32(0)), blocks + 1
+    def running(carry: _Carry) -> Array:
+        return (carry.iteration <= max_blocks * BLOCK) & (carry.stalls < PATIENCE)
 
-    def running(carry):
-        _, _, stalls, blocks = carry
-        return (blocks < max_blocks) & (stalls < PATIENCE)
-
-    counts = counts_of(theta)
-    start = _State(theta, counts, alpha, loss_of(counts))
     infinity = jnp.asarray(jnp.inf, theta.dtype)
-    state, _, _, blocks = jax.lax.while_loop(running, block, (start, infinity, jnp.int32(0), jnp.int32(0)))
-    return state.theta, state.loss, blocks
+    start = _State(theta, jnp.zeros_like(noisy), alpha, infinity)
+    end = jax.lax.while_loop(running, step, _Carry(start, jnp.int32(0), infinity, jnp.int32(0)))
+    blocks = (end.iteration - 1) // BLOCK
+    return end.state.theta, end.state.loss, blocks
 
 
 # Compiled mirror descent, one per layout (compiled in the background: see `PREFETCH_FILL`)

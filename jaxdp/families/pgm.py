@@ -1,6 +1,7 @@
 """Graphical-model family (Private-PGM): estimation, exact marginals, model size and keyed
 sampling. The only module that imports `mbi`, which builds the junction trees (triangulation,
-model size, the loss's Lipschitz constant); the fitting is jaxdp's own (`_junction`).
+model size, the loss's Lipschitz constant); the fitting is jaxdp's own (`_junction`,
+`_dense_junction`).
 
 Everything here is post-processing of noisy measurements: it never sees private data.
 
@@ -18,9 +19,11 @@ queried marginal (the peers' per-candidate XLA compile is what makes their AIM s
 Compile economy. XLA compilation, not arithmetic, dominated AIM runs while mbi compiled one
 mirror-descent program per distinct list of measured cliques. `estimate` runs mbi's algorithm in
 one program whose shapes do not depend on the cliques (the tree travels as padded index arrays,
-see `_junction`), and merges repeated measurements of one clique exactly (`merge_repeats`).
-Sampling pads its tables and columns to power-of-two buckets (`padded_length`), so it compiles
-once per bucket rather than once per attribute.
+see `_junction`), and merges repeated measurements of one clique exactly (`merge_repeats`). Once
+a model's tables are large, its fit runs faster by a program compiled for its own tree, with
+dense tables in place of index arrays (`_dense_junction`), and takes it where the iterations saved
+outweigh that compile. Sampling pads its tables and columns to power-of-two buckets
+(`padded_length`), so it compiles once per bucket rather than once per attribute.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._background import Compiler
-from jaxdp.families import _junction
+from jaxdp.families import _dense_junction, _junction
 from jaxdp.families._sampling import balanced, padded_length, systematic
 from jaxdp.types import Array, Key
 
@@ -177,7 +180,9 @@ def estimate(
 
     Private-PGM's estimator (mbi's `MirrorDescent`, step for step) run by one compiled program
     whatever the measured cliques (`_junction`): the junction tree is data, padded to a few
-    sizes, so an AIM run compiles a few programs, not one per round.
+    sizes, so an AIM run compiles a few programs, not one per round. A model whose iterations
+    over the padded arrays would take longer than compiling its own tree's dense program is
+    fitted by that one instead (`_dense_junction.worth_compiling`).
 
     Args:
         sizes: categorical attribute sizes.
@@ -210,33 +215,52 @@ def estimate(
     )
     tree, _ = mbi.junction_tree.make_junction_tree(domain, cliques)
     maximal = _junction.maximal(cliques)
-    program, layout = _junction.build_program(tree, sizes, maximal, cliques)
-    theta = np.zeros(layout.length("potentials"), np.float32)
-    theta_start = np.cumsum([0] + [math.prod(sizes[a] for a in c) for c in maximal])
-    for i, table in enumerate(_warm(warm_start, maximal, sizes)):
-        theta[theta_start[i] : theta_start[i + 1]] = table.reshape(-1)
-    noisy, precision = (np.zeros(layout.length("measured"), np.float32) for _ in range(2))
-    start = np.cumsum([0] + [m.noisy.size for m in merged])
-    for i, m in enumerate(merged):
-        noisy[start[i] : start[i + 1]] = m.noisy
-        precision[start[i] : start[i + 1]] = 1.0 / m.variances()
-    theta, _, _ = _junction.fit(
-        program,
-        layout,
-        theta,
-        noisy,
-        precision,
+    theta = np.concatenate([t.reshape(-1) for t in _warm(warm_start, maximal, sizes)])
+    noisy = np.concatenate([m.noisy for m in merged]).astype(np.float32)
+    precision = np.concatenate([1.0 / m.variances() for m in merged]).astype(np.float32)
+    options = (
         total,
         2.0 / (lipschitz * total),
         math.ceil(iters / _junction.BLOCK),
         -np.inf if tol is None else tol,
     )
-    theta = np.asarray(theta)
+    theta = _fit(tree, sizes, maximal, cliques, theta, noisy, precision, *options)
+    theta_start = np.cumsum([0] + [math.prod(sizes[a] for a in c) for c in maximal])
     potentials = tuple(
         theta[theta_start[i] : theta_start[i + 1]].reshape([sizes[a] for a in c])
         for i, c in enumerate(maximal)
     )
     return Model(sizes, tuple(maximal), potentials, float(total))
+
+
+def _fit(
+    tree,
+    sizes: tuple[int, ...],
+    maximal: list[Clique],
+    cliques: tuple[Clique, ...],
+    theta: np.ndarray,
+    noisy: np.ndarray,
+    precision: np.ndarray,
+    total: float,
+    alpha: float,
+    max_blocks: int,
+    tol: float,
+) -> np.ndarray:
+    """Fitted log-potentials (flat, in `maximal`'s order) by mirror descent from `theta`: by the
+    tree's own dense program where its saved iterations outweigh compiling it, else by the one
+    program for every tree (`_dense_junction`, `_junction`)."""
+    program, layout = _junction.build_program(tree, sizes, maximal, cliques)
+    dense = _dense_junction.dense_tree(tree, sizes, maximal, cliques)
+    if _dense_junction.compiled(dense) or _dense_junction.worth_compiling(
+        dense, sum(layout.lengths), max_blocks
+    ):
+        fitted, _, _ = _dense_junction.fit(dense, theta, noisy, precision, total, alpha, max_blocks, tol)
+        return np.asarray(fitted)
+    padded = [np.zeros(layout.length(kind), np.float32) for kind in ("potentials", "measured", "measured")]
+    for out, values in zip(padded, (theta, noisy, precision), strict=True):
+        out[: values.size] = values
+    fitted, _, _ = _junction.fit(program, layout, *padded, total, alpha, max_blocks, tol)
+    return np.asarray(fitted)[: theta.size]
 
 
 def _linear(mbi, measurements: Sequence[Measurement], scales: Sequence[float]) -> list:

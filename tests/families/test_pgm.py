@@ -1,6 +1,7 @@
-"""Graphical-model family: the estimator (mbi's mirror descent in one compiled program whatever the
-tree), host junction-tree calibration, merged repeat measurements, padded stratified sampling (the
-parts that keep AIM from compiling per model or per shape)."""
+"""Graphical-model family: the estimators (mbi's mirror descent in one compiled program whatever the
+tree, and in one per tree over dense tables), host junction-tree calibration, merged repeat
+measurements, padded stratified sampling (the parts that keep AIM from compiling per model or per
+shape)."""
 
 import itertools
 import math
@@ -257,13 +258,23 @@ def _loss(model: pgm.Model, measurements) -> float:
     )
 
 
+def _use_program(monkeypatch, program: str) -> None:
+    """Make `pgm.estimate` fit by the one program for every tree ("flat") or by each tree's own
+    ("dense"), whatever the work."""
+    from jaxdp.families import _dense_junction
+
+    monkeypatch.setattr(_dense_junction, "worth_compiling", lambda *_: program == "dense")
+
+
+@pytest.mark.parametrize("program", ["flat", "dense"])
 @pytest.mark.parametrize("pairs", STRUCTURES)
-def test_estimate_follows_mbis_mirror_descent(pairs):
-    """The compiled estimator runs mbi's MirrorDescent step for step: after the same number of
-    iterations, from scratch and then warm-started, it reaches the same loss (to 1e-5) and the
+def test_estimate_follows_mbis_mirror_descent(pairs, program, monkeypatch):
+    """Both compiled estimators run mbi's MirrorDescent step for step: after the same number of
+    iterations, from scratch and then warm-started, they reach the same loss (to 1e-5) and the
     same distribution (to 1e-3 of the largest cell; measured 2e-6 to 1e-5 with edges, 3e-4 with
     1-way marginals only, where cells heading to 0 make the float32 paths drift). Control: 5
     iterations instead of 200 leave the loss over 1e-3 higher and cells off by over 0.2."""
+    _use_program(monkeypatch, program)
     sizes = (3, 4, 2, 5, 3)
     first = _measurements(pairs[:-1] if pairs else pairs, seed=1)
     measurements = _measurements(pairs, seed=2)
@@ -281,20 +292,42 @@ def test_estimate_follows_mbis_mirror_descent(pairs):
         assert np.abs(_brute_force_joint(early) - joint).max() > 0.2 * joint.max()
 
 
+def _flat_counts(tree, sizes, potentials, measured, theta, total):
+    from jaxdp.families import _junction
+
+    program, layout = _junction.build_program(tree, sizes, potentials, measured)
+    padded = np.zeros(layout.length("potentials"), np.float32)
+    padded[: theta.size] = theta
+    counts = _junction._potential_counts(program, padded, np.float32(total), np.int32(program.sweeps))
+    counts = np.asarray(_junction._measured(program, counts, layout.length("measured")))
+    used = sum(math.prod(sizes[a] for a in c) for c in measured)
+    np.testing.assert_array_equal(counts[used:-1], 0.0)  # padding; the spare
+    return counts[:used]
+
+
+def _dense_counts(tree, sizes, potentials, measured, theta, total):
+    from jaxdp.families import _dense_junction
+
+    dense = _dense_junction.dense_tree(tree, sizes, potentials, measured)
+    tables = _dense_junction.potential_counts(dense, jnp.asarray(theta), np.float32(total))
+    return np.asarray(_dense_junction.measured_counts(dense, tables))
+
+
+@pytest.mark.parametrize("counts_of", [_flat_counts, _dense_counts], ids=["flat", "dense"])
 @pytest.mark.parametrize("extreme", [False, True], ids=["moderate", "extreme"])
 @pytest.mark.parametrize("pairs", STRUCTURES)
-def test_tree_program_computes_exact_marginals(pairs, extreme):
-    """Belief propagation by parallel sweeps over the padded index arrays gives every potential
-    clique's and measured clique's marginal of the brute-force joint, for random potentials;
-    also where whole separator values have mass far below float32's (slices of -300) and the
-    tables sit at offsets of hundreds (the messages' stabilisers and floor: finite, exact)."""
+def test_tree_programs_compute_exact_marginals(pairs, extreme, counts_of):
+    """Belief propagation by parallel sweeps over the padded index arrays (flat), and by two
+    passes over each node's dense table (dense), gives every measured clique's marginal of the
+    brute-force joint, for random potentials; also where whole separator values have mass far
+    below float32's (slices of -300) and the tables sit at offsets of hundreds (the messages'
+    stabilisers: finite, exact)."""
     from jaxdp.families import _junction
 
     sizes = (3, 4, 2, 5, 3)
     measured = tuple(sorted({m.clique for m in _measurements(pairs)}))
     potentials = tuple(_junction.maximal(measured))
     tree, _ = mbi.junction_tree.make_junction_tree(pgm.mbi_domain(sizes), measured)
-    program, layout = _junction.build_program(tree, sizes, potentials, measured)
     rng = np.random.default_rng(5)
     tables = tuple(rng.normal(scale=2.0, size=[sizes[a] for a in c]) for c in potentials)
     if extreme:
@@ -304,12 +337,9 @@ def test_tree_program_computes_exact_marginals(pairs, extreme):
             for t in tables
         ]
         tables = tuple(t + rng.uniform(-300, 300) - 300.0 * m for t, m in zip(tables, slices, strict=True))
-    theta = np.zeros(layout.length("potentials"), np.float32)
-    flat = np.concatenate([t.reshape(-1) for t in tables])
-    theta[: flat.size] = flat
+    theta = np.concatenate([t.reshape(-1) for t in tables]).astype(np.float32)
     total = 250.0
-    counts = _junction._potential_counts(program, theta, np.float32(total), np.int32(program.sweeps))
-    measured_counts = np.asarray(_junction._measured(program, counts, layout.length("measured")))
+    measured_counts = counts_of(tree, sizes, potentials, measured, theta, total)
     joint = _brute_force_joint(pgm.Model(sizes, potentials, tables, total))
     expected = np.concatenate(
         [joint.sum(axis=tuple(a for a in range(5) if a not in c)).reshape(-1) for c in measured]
@@ -319,8 +349,7 @@ def test_tree_program_computes_exact_marginals(pairs, extreme):
     magnitude = sum(np.abs(t).max() for t in tables)
     atol = max(1e-6, 4 * magnitude * np.finfo(np.float32).eps)
     assert np.all(np.isfinite(measured_counts))
-    np.testing.assert_allclose(measured_counts[: expected.size] / total, expected, atol=atol)
-    np.testing.assert_array_equal(measured_counts[expected.size : -1], 0.0)  # padding; the spare
+    np.testing.assert_allclose(measured_counts / total, expected, atol=atol)
 
 
 def test_estimate_compiles_once_whatever_the_cliques():
@@ -332,6 +361,21 @@ def test_estimate_compiles_once_whatever_the_cliques():
         for pairs in [*STRUCTURES[:3], ((0, 4), (1, 3)), ((0, 1, 2, 3),)]:
             pgm.estimate(sizes, _measurements(pairs), total=None, iters=50)
     assert built == []
+
+
+def test_a_dense_fit_compiles_once_per_tree(monkeypatch):
+    """The dense program is compiled per tree, and only once: refitting the same cliques (other
+    measurements) builds nothing; a new clique set builds one program."""
+    _use_program(monkeypatch, "dense")
+    sizes = (3, 4, 2, 5, 3)
+    pairs = ((0, 2), (2, 4))  # cliques no other test fits, so no program of theirs serves them
+    pgm.estimate(sizes, _measurements(pairs), total=None, iters=50)
+    with programs_built() as built:
+        pgm.estimate(sizes, _measurements(pairs, seed=7), total=None, iters=50)
+    assert built == []
+    with programs_built() as built:
+        pgm.estimate(sizes, _measurements((*pairs, (1, 3))), total=None, iters=50)
+    assert len(built) == 1
 
 
 def test_layout_pads_each_kind_to_the_smallest_power_of_two_holding_it():
