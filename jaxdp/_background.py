@@ -5,12 +5,14 @@ column, a mechanism's release while its rounds run), so a run rarely waits for a
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
 
 class Compiler:
-    """Compiled programs by signature, each compiled once, in submission order.
+    """Compiled programs by signature, each compiled once while it is kept, in submission order.
+    Safe to call from several threads.
 
     Args:
         name: the compiling thread's name (it shows in profiles and thread dumps).
@@ -21,6 +23,7 @@ class Compiler:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._programs: dict[Hashable, concurrent.futures.Future] = {}
         self._capacity = capacity
+        self._lock = threading.Lock()
 
     def program(
         self,
@@ -33,14 +36,16 @@ class Compiler:
         """The compiled program of `signature`, from `lower()` (a `jax.stages.Lowered`) the first
         time it is asked for, with XLA compiler `options`; with `wait=False`, start compiling it
         and return None."""
-        future = self._programs.pop(signature, None)
-        if future is None:
-            future = self._pool.submit(lambda: lower().compile(options))
-        self._programs[signature] = future  # now the most recently asked for
-        if self._capacity is not None and len(self._programs) > self._capacity:
-            del self._programs[next(iter(self._programs))]
+        with self._lock:
+            future = self._programs.pop(signature, None)
+            if future is None:
+                future = self._pool.submit(lambda: lower().compile(options))
+            self._programs[signature] = future  # now the most recently asked for
+            if self._capacity is not None and len(self._programs) > self._capacity:
+                del self._programs[next(iter(self._programs))]
         return future.result() if wait else None
 
     def __contains__(self, signature: Hashable) -> bool:
         """Whether the program of `signature` is compiled or compiling."""
-        return signature in self._programs
+        with self._lock:
+            return signature in self._programs

@@ -1,5 +1,7 @@
 """Programs compiled on a thread of their own (`jaxdp._background.Compiler`)."""
 
+import concurrent.futures
+
 import jax
 import numpy as np
 import pytest
@@ -40,3 +42,11 @@ def test_the_options_reach_xlas_compile():
     compiler = Compiler("test-compiler")
     with pytest.raises(jax.errors.JaxRuntimeError, match="no_such_option"):
         compiler.program("a", _lowering([], 2.0), options={"no_such_option": True})
+
+
+def test_threads_asking_at_once_share_one_compile():
+    compiler, lowered = Compiler("test-compiler", capacity=1), []
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: compiler.program("a", _lowering(lowered, 2.0)), range(32)))
+    assert lowered == [2.0]
+    assert all(r is results[0] for r in results)

@@ -14,7 +14,8 @@ bnet9's last tree, 0.51 s instead of 0.84 s, its steps as fast (1000 in 0.23 s a
 Belief propagation is Shafer-Shenoy's two passes (leaves to root, then back), each message an
 exact, max-stabilised log-sum-exp; the potentials, the loss and the optimisation are
 `_junction`'s (`descend`), on the same flat vectors of potential and measured cells (unpadded), so
-both programs fit the same model.
+both programs fit the same model, up to float32 rounding in other orders (which, over a long fit,
+can tip an Armijo test and let the two paths drift slowly apart).
 
 Everything here is post-processing of released measurements.
 """

@@ -17,8 +17,9 @@ XLA compile per round. Here the tree is data instead of program structure:
 Every kind of index array is padded to a power-of-two length of its own (`Layout`), with spare
 slots that absorb the padding; so the program compiles once per layout, and a whole AIM run
 reaches a few layouts however many rounds it runs.
-The gathers and scatters cost about 3 ns an entry on a CPU; a model with large tables is fitted by
-its own tree's dense program instead (`_dense_junction`, which shares `descend`).
+A step's gathers and scatters cost 6-10 ns per padded entry on the 2-core CPU; a model with large
+tables is fitted by its own tree's dense program instead (`_dense_junction`, which shares
+`descend`).
 
 The optimisation is mbi's `MirrorDescent` step for step (Armijo line search, step size
 2 / (L total), blocks of 50 iterations, the same early stop), on the same loss

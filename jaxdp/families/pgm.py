@@ -215,9 +215,9 @@ def estimate(
     )
     tree, _ = mbi.junction_tree.make_junction_tree(domain, cliques)
     maximal = _junction.maximal(cliques)
-    theta = np.concatenate([t.reshape(-1) for t in _warm(warm_start, maximal, sizes)])
-    noisy = np.concatenate([m.noisy for m in merged]).astype(np.float32)
-    precision = np.concatenate([1.0 / m.variances() for m in merged]).astype(np.float32)
+    theta = _flat([t.reshape(-1) for t in _warm(warm_start, maximal, sizes)])
+    noisy = _flat([m.noisy for m in merged])
+    precision = _flat([1.0 / m.variances() for m in merged])
     options = (
         total,
         2.0 / (lipschitz * total),
@@ -231,6 +231,12 @@ def estimate(
         for i, c in enumerate(maximal)
     )
     return Model(sizes, tuple(maximal), potentials, float(total))
+
+
+def _flat(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The parts concatenated as one float32 vector (empty without parts: a model with no
+    measurements is the uniform distribution)."""
+    return np.concatenate([np.zeros(0, np.float32), *parts]).astype(np.float32)
 
 
 def _fit(

@@ -264,6 +264,8 @@ def _use_program(monkeypatch, program: str) -> None:
     from jaxdp.families import _dense_junction
 
     monkeypatch.setattr(_dense_junction, "worth_compiling", lambda *_: program == "dense")
+    # a tree whose dense program another test compiled would otherwise be fitted by it
+    monkeypatch.setattr(_dense_junction, "compiled", lambda _: False)
 
 
 @pytest.mark.parametrize("program", ["flat", "dense"])
@@ -361,6 +363,12 @@ def test_estimate_compiles_once_whatever_the_cliques():
         for pairs in [*STRUCTURES[:3], ((0, 4), (1, 3)), ((0, 1, 2, 3),)]:
             pgm.estimate(sizes, _measurements(pairs), total=None, iters=50)
     assert built == []
+
+
+def test_no_measurements_fit_the_uniform_model():
+    model = pgm.estimate((3, 4), [], total=100.0, iters=10)
+    assert model.cliques == () and model.total == 100.0
+    np.testing.assert_allclose(pgm.ModelMarginals(model).marginal((1,)), np.full(4, 0.25))
 
 
 def test_a_dense_fit_compiles_once_per_tree(monkeypatch):

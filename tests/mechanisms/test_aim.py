@@ -153,15 +153,17 @@ def test_fit_stops_early_once_converged(monkeypatch):
 def test_dense_and_flat_fits_reach_the_same_model(monkeypatch):
     """AIM with every fit by its tree's own dense program (`_dense_junction`) selects the same
     cliques as with the one program for every tree and answers its workload alike: both run
-    mbi's mirror descent step for step, and only float32 sums differ in order (answers within
-    1e-4; measured 2e-6). At this table's size the choice rule itself
-    keeps the flat program: a compile per tree would cost more than its fits."""
+    mbi's mirror descent, their float32 sums in different orders (answers within 1e-4; measured
+    2e-6; over long fits the rounding can tip an Armijo test, so the paths drift apart slowly).
+    At this table's size the choice rule itself keeps the flat program: a compile per tree would
+    cost more than its fits."""
     from jaxdp.families import _dense_junction
 
     mech = _aim(epsilon=10.0, max_rounds=6, iters=200, final_iters=400)
     choices = []
     rule = _dense_junction.worth_compiling
     monkeypatch.setattr(_dense_junction, "worth_compiling", lambda *a: choices.append(rule(*a)) or False)
+    monkeypatch.setattr(_dense_junction, "compiled", lambda _: False)  # whatever other tests compiled
     flat = loop.run(mech, jax.random.key(3)).state
     assert choices and not any(choices)
     monkeypatch.setattr(_dense_junction, "worth_compiling", lambda *_: True)
