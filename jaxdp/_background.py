@@ -25,21 +25,13 @@ class Compiler:
         self._capacity = capacity
         self._lock = threading.Lock()
 
-    def program(
-        self,
-        signature: Hashable,
-        lower: Callable[[], Any],
-        *,
-        wait: bool = True,
-        options: dict[str, Any] | None = None,
-    ) -> Any:
+    def program(self, signature: Hashable, lower: Callable[[], Any], *, wait: bool = True) -> Any:
         """The compiled program of `signature`, from `lower()` (a `jax.stages.Lowered`) the first
-        time it is asked for, with XLA compiler `options`; with `wait=False`, start compiling it
-        and return None."""
+        time it is asked for; with `wait=False`, start compiling it and return None."""
         with self._lock:
             future = self._programs.pop(signature, None)
             if future is None:
-                future = self._pool.submit(lambda: lower().compile(options))
+                future = self._pool.submit(lambda: lower().compile())
             self._programs[signature] = future  # now the most recently asked for
             if self._capacity is not None and len(self._programs) > self._capacity:
                 del self._programs[next(iter(self._programs))]

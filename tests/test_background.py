@@ -4,7 +4,6 @@ import concurrent.futures
 
 import jax
 import numpy as np
-import pytest
 
 from jaxdp._background import Compiler
 
@@ -35,13 +34,6 @@ def test_a_program_asked_for_ahead_is_compiled_once():
     assert "a" in compiler
     assert compiler.program("a", _lowering(lowered, 2.0))(np.float32(5.0)) == 10.0
     assert lowered == [2.0]
-
-
-def test_the_options_reach_xlas_compile():
-    """An option XLA does not know fails the compile: the options are passed, not dropped."""
-    compiler = Compiler("test-compiler")
-    with pytest.raises(jax.errors.JaxRuntimeError, match="no_such_option"):
-        compiler.program("a", _lowering([], 2.0), options={"no_such_option": True})
 
 
 def test_threads_asking_at_once_share_one_compile():

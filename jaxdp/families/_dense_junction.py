@@ -26,14 +26,13 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
 from jaxdp._background import Compiler
-from jaxdp._jit import compiler_options
-from jaxdp.families._junction import BLOCK, Clique, descend
+from jaxdp._jit import fast_compiled
+from jaxdp.families._junction import BLOCK, Clique, descend, smallest_holding
 from jaxdp.types import Array
 
 # What `worth_compiling` weighs, measured on the 2-core CPU over the 16 trees of an AIM run on
@@ -82,16 +81,10 @@ def dense_tree(
         nodes=nodes,
         edges=tuple(edges),
         potentials=tuple(potentials),
-        home=tuple(_smallest_holding(nodes, c, sizes) for c in potentials),
+        home=tuple(smallest_holding(nodes, c, sizes) for c in potentials),
         measured=tuple(measured),
-        route=tuple(_smallest_holding(potentials, c, sizes) for c in measured),
+        route=tuple(smallest_holding(potentials, c, sizes) for c in measured),
     )
-
-
-def _smallest_holding(outer: Sequence[Clique], clique: Clique, sizes: Sequence[int]) -> int:
-    """The index of the smallest of `outer` holding `clique` (as `_junction._containment`)."""
-    holding = [j for j, c in enumerate(outer) if set(clique) <= set(c)]
-    return min(holding, key=lambda j: math.prod(sizes[a] for a in outer[j]))
 
 
 def worth_compiling(tree: DenseTree, flat_entries: int, max_blocks: int) -> bool:
@@ -202,8 +195,10 @@ def _mirror_descent(
     return descend(counts_of, gradient_of, theta, noisy, precision, alpha, max_blocks, tol)
 
 
-# Compiled mirror descent, one per tree: the trees of a few AIM runs (a run fits 10-25 trees; a
-# long-lived process must not keep every program it ever compiled)
+# Compiled mirror descent, one per tree (by XLA:CPU's quicker code generator: `jaxdp._jit`), kept
+# for the trees of a few AIM runs (a run fits 10-25 trees; a long-lived process must not keep
+# every program it ever compiled)
+_mirror_descent_program = fast_compiled(_mirror_descent, static_argnums=0)
 _programs = Compiler("jaxdp-dense-fit", capacity=64)
 
 
@@ -219,12 +214,14 @@ def fit(
 ) -> tuple[Array, Array, Array]:
     """`_junction.fit`'s mirror descent by the dense program of `tree` (theta, noisy and
     precision unpadded, in `tree.potentials` and `tree.measured` order)."""
-    scalars = (np.float32(total), np.float32(alpha), np.int32(max_blocks), np.float32(tol))
-    arrays = (theta, noisy, precision)
-    compiled = _programs.program(tree, lambda: _lowered(tree, arrays, scalars), options=compiler_options())
-    return compiled(*arrays, *scalars)
-
-
-def _lowered(tree: DenseTree, arrays, scalars) -> jax.stages.Lowered:
-    shaped = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in (*arrays, *scalars)]
-    return jax.jit(_mirror_descent, static_argnums=0).lower(tree, *shaped)
+    arguments = (
+        theta,
+        noisy,
+        precision,
+        np.float32(total),
+        np.float32(alpha),
+        np.int32(max_blocks),
+        np.float32(tol),
+    )
+    compiled = _programs.program(tree, lambda: _mirror_descent_program.lower(tree, *arguments))
+    return compiled(*arguments)

@@ -196,12 +196,20 @@ def _containment(
     big, small = [], []
     inner_start = 0
     for clique in inner:
-        i = min((j for j, c in enumerate(outer) if set(clique) <= set(c)), key=lambda j: outer_cells[j])
+        i = smallest_holding(outer, clique, sizes)
         local = np.arange(outer_cells[i])
         big.append(outer_start[i] + local)
         small.append(inner_start + _project(outer[i], clique, sizes, local))
         inner_start += math.prod(sizes[a] for a in clique)
     return big, small
+
+
+def smallest_holding(outer: Sequence[Clique], clique: Clique, sizes: Sequence[int]) -> int:
+    """The index of the smallest of `outer` (in cells) holding `clique`, the first on ties: where
+    a potential lives, where a measured clique is counted from, where a warm start's potential
+    goes."""
+    holding = [j for j, c in enumerate(outer) if set(clique) <= set(c)]
+    return min(holding, key=lambda j: math.prod(sizes[a] for a in outer[j]))
 
 
 def _total(parts: list[np.ndarray]) -> int:

@@ -288,7 +288,7 @@ def _warm(model: Model | None, cliques: Sequence[Clique], sizes: Sequence[int]) 
     hold every old one (measurements only accumulate), so the distribution is the model's."""
     tables = [np.zeros([sizes[a] for a in c], np.float32) for c in cliques]
     for old, potential in zip(model.cliques, model.potentials, strict=True) if model else ():
-        i = min((j for j, c in enumerate(cliques) if set(old) <= set(c)), key=lambda j: tables[j].size)
+        i = _junction.smallest_holding(cliques, old, sizes)
         tables[i] = tables[i] + _aligned(potential, old, cliques[i])
     return tables
 
