@@ -104,7 +104,7 @@ def merge(report: dict[str, Any], ledger: list[LedgerEntry], prepared: Prepared,
     """The release's report, ledger and plan: the preprocessing's and the mechanism's together.
 
     Args:
-        report: the mechanism's report (`jaxdp.api.execute`).
+        report: the mechanism's report (`jaxdp.execution.execute`).
         ledger: the mechanism's audited ledger.
         prepared: what `prepare` returned.
         mechanism_plan: the plan the mechanism's ledger was audited against.

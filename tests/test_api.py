@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import api, loop
+from jaxdp import api, execution, loop
 from jaxdp.domain import DataError, Dataset, Domain
 from jaxdp.queries import all_kway
 from jaxdp.tables import TableSchema
@@ -302,18 +302,18 @@ def test_small_releases_compile_for_a_short_run_and_large_ones_with_xla_defaults
 
     data = tiny_dataset()
     mech = jaxdp.pep(data, all_kway(data.domain.sizes, 2), rounds=3, epsilon=1.0, delta=1e-6)
-    assert api._release_compiler(mech, None) is api._release_fast_compiled  # n = len(data)
-    assert api._release_compiler(mech, api.FAST_RELEASE_ROWS) is api._release_fast_compiled
-    assert api._release_compiler(mech, api.FAST_RELEASE_ROWS + 1) is api._release_jit
+    assert execution._release_compiler(mech, None) is execution._release_fast_compiled  # n = len(data)
+    assert execution._release_compiler(mech, execution.FAST_RELEASE_ROWS) is execution._release_fast_compiled
+    assert execution._release_compiler(mech, execution.FAST_RELEASE_ROWS + 1) is execution._release_jit
     answers = jaxdp.gaussian(data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6)
-    assert api._release_compiler(answers, None) is api._release_fast_compiled
-    fast = CallCounter(api._release_fast_compiled)
-    monkeypatch.setattr(api, "_release_fast_compiled", fast)
+    assert execution._release_compiler(answers, None) is execution._release_fast_compiled
+    fast = CallCounter(execution._release_fast_compiled)
+    monkeypatch.setattr(execution, "_release_fast_compiled", fast)
     key = jax.random.key(3)
     state = loop.run(mech, key).state
-    api._released(mech, state, key, 17)  # compiled at the release, on the release thread
-    monkeypatch.setattr(api, "_compiles_ahead", lambda mechanism: False)
-    api._released(mech, state, key, 17)  # the plain path
+    execution._released(mech, state, key, 17)  # compiled at the release, on the release thread
+    monkeypatch.setattr(execution, "_compiles_ahead", lambda mechanism: False)
+    execution._released(mech, state, key, 17)  # the plain path
     assert (fast.lowerings, fast.calls) == (1, 1)
 
 
@@ -327,17 +327,17 @@ def test_a_release_compiled_ahead_draws_what_the_release_draws():
     data = tiny_dataset()
     mech = jaxdp.pep(data, all_kway(data.domain.sizes, 2), rounds=3, epsilon=1.0, delta=1e-6)
     key = jax.random.key(7)
-    assert api._release_ahead(mech, key, None)
+    assert execution._release_ahead(mech, key, None)
     state = loop.run(mech, key).state
-    api._release_program(mech, loop.state_shapes(mech, key), key, len(data))  # wait for it
+    execution._release_program(mech, loop.state_shapes(mech, key), key, len(data))  # wait for it
     for rows, compiles in ((len(data), 0), (123, 1)):
         with programs_built() as built:
-            got = np.asarray(api._released(mech, state, key, rows))
+            got = np.asarray(execution._released(mech, state, key, rows))
         assert len(built) == compiles  # the program compiled ahead is the one used
         np.testing.assert_array_equal(got, np.asarray(loop.release(mech, state, key, rows=rows)))
         assert got.shape == (rows, len(data.domain.sizes))
     add_remove = jaxdp.independent(data, epsilon=1.0, delta=1e-6, relation="add-remove")
-    assert not api._release_ahead(add_remove, key, None)  # its rows come from the noisy state
-    assert api._release_ahead(add_remove, key, 50)
+    assert not execution._release_ahead(add_remove, key, None)  # its rows come from the noisy state
+    assert execution._release_ahead(add_remove, key, 50)
     # wait for it: a compile left running would write to the test cache after the test
-    api._release_program(add_remove, loop.state_shapes(add_remove, key), key, 50)
+    execution._release_program(add_remove, loop.state_shapes(add_remove, key), key, 50)

@@ -45,10 +45,13 @@ FLOORS = {
     "jaxdp.audit": 8,
     "jaxdp.coding": 8,
     "jaxdp.preprocess": 9,
-    "jaxdp.api": 10,
-    "jaxdp.cli": 11,
-    "jaxdp.__main__": 12,
-    "jaxdp": 13,  # the package's __init__: its public face, above everything it re-exports
+    "jaxdp.report": 9,
+    "jaxdp.execution": 10,
+    "jaxdp.inputs": 10,
+    "jaxdp.api": 11,
+    "jaxdp.cli": 12,
+    "jaxdp.__main__": 13,
+    "jaxdp": 14,  # the package's __init__: its public face, above everything it re-exports
 }
 
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from jax.sharding import Mesh
 
-from jaxdp.domain import Dataset
+from jaxdp.domain import Dataset, Domain
 from jaxdp.families.compression import Compression
 from jaxdp.families.graphical import GraphicalModel
 from jaxdp.mechanisms.adaptive import adaptive
 from jaxdp.mechanisms.annealed import Annealed
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
 from jaxdp.types import Neighboring
@@ -114,3 +115,48 @@ def aim(
         compress=compress,
         name="aim",
     )
+
+
+def _registered(
+    data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options
+) -> Annealed:
+    """AIM picks its own rounds by budget annealing: `rounds` caps them (its T)."""
+    if rounds is not None:
+        options["max_rounds"] = rounds
+    return aim(data, workload, **options)
+
+
+def _error_bounds(mechanism: Annealed, state, synthetic: Dataset, confidence: float, domain: Domain) -> dict:
+    """AIM's per-marginal L1 error bounds of the released records (post-processing: publishable)."""
+    if isinstance(confidence, bool) or not isinstance(confidence, float | int) or not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    bounds = mechanism.error_bounds(state, float(confidence), synthetic=synthetic.codes)
+    return {
+        "confidence": float(confidence),
+        "units": "L1 distance between count vectors; normalised: divided by the released row count",
+        "marginals": [
+            {
+                "marginal": list(names),
+                "l1_bound": float(b),
+                "l1_bound_normalised": float(nb),
+                "supported": bool(s),
+            }
+            for names, b, nb, s in zip(
+                mechanism.workload.names(domain),
+                bounds.bound,
+                bounds.normalised,
+                bounds.supported,
+                strict=True,
+            )
+        ],
+    }
+
+
+# add-remove first: the paper's relation
+AIM_RELATIONS = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)
+register(
+    "aim",
+    MechanismSpec(
+        _registered, error_bounds=_error_bounds, relations=AIM_RELATIONS, mesh=True, compresses=True
+    ),
+)

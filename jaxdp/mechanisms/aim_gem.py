@@ -19,7 +19,9 @@ from jaxdp.domain import Dataset
 from jaxdp.families.compression import Compression
 from jaxdp.families.generator_model import GeneratorModel
 from jaxdp.mechanisms.adaptive import adaptive
+from jaxdp.mechanisms.aim import AIM_RELATIONS
 from jaxdp.mechanisms.annealed import Annealed
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
 from jaxdp.types import Neighboring
@@ -99,3 +101,15 @@ def aim_gem(
         compress=compress,
         name="aim-gem",
     )
+
+
+def _registered(
+    data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options
+) -> Annealed:
+    """AIM's selection and filter with GEM's generator: `rounds` caps the rounds (its T)."""
+    if rounds is not None:
+        options["max_rounds"] = rounds
+    return aim_gem(data, workload, **options)
+
+
+register("aim-gem", MechanismSpec(_registered, relations=AIM_RELATIONS, mesh=True, compresses=True))

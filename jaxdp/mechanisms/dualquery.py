@@ -20,6 +20,7 @@ from __future__ import annotations
 from jaxdp.domain import Dataset
 from jaxdp.families.games import BestResponses
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import SignedErrorSamples
 
@@ -78,3 +79,6 @@ def dualquery(
         noise=noise,
         name="dualquery",
     )
+
+
+register("dualquery", MechanismSpec(dualquery, rounds=100))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from jaxdp.domain import Dataset
 from jaxdp.families.games import PerturbedLeader
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import SignedError
 
@@ -84,3 +85,6 @@ def fem(
         noise=noise,
         name="fem",
     )
+
+
+register("fem", MechanismSpec(fem, rounds=200))

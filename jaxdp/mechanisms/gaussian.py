@@ -17,6 +17,7 @@ from jax.sharding import Mesh
 from jaxdp.domain import Dataset
 from jaxdp.families.baselines import NoisyAnswers
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
+from jaxdp.mechanisms.registry import BOTH_RELATIONS, MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import Everything
 from jaxdp.types import Neighboring
@@ -62,3 +63,8 @@ def gaussian(
         name="gaussian",
         label="the workload",
     )
+
+
+register(
+    "gaussian", MechanismSpec(gaussian, one_round=True, relations=BOTH_RELATIONS, mesh=True, relaxed=False)
+)

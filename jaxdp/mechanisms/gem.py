@@ -25,6 +25,7 @@ from jax.sharding import Mesh
 from jaxdp.domain import Dataset
 from jaxdp.families.fitted import GEM
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import MaxError
 
@@ -147,3 +148,7 @@ def gem_pub(
 ) -> Adaptive:
     """GEM-Pub: pretrain on `public` (no privacy cost), then run GEM from the pretrained generator."""
     return gem(data, workload, public=public, pretrain_steps=pretrain_steps, mesh=mesh, **kwargs)
+
+
+register("gem", MechanismSpec(gem, rounds=50, cap_rounds=True, mesh=True))
+register("gem-pub", MechanismSpec(gem_pub, rounds=50, cap_rounds=True, public=True, mesh=True))

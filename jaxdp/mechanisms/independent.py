@@ -18,7 +18,8 @@ from jaxdp.domain import Dataset
 from jaxdp.families.baselines import Product
 from jaxdp.mechanisms._common import require_categorical
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
-from jaxdp.queries import all_kway
+from jaxdp.mechanisms.registry import BOTH_RELATIONS, MechanismSpec, register
+from jaxdp.queries import MarginalWorkload, all_kway
 from jaxdp.selection import Everything
 from jaxdp.types import Neighboring
 
@@ -75,3 +76,13 @@ def independent(
         name="independent",
         label="1-way marginals",
     )
+
+
+def _registered(data: Dataset, workload: MarginalWorkload, *, mesh: Mesh | None = None, **budget) -> Adaptive:
+    return independent(data, mesh=mesh, **budget)  # measures the 1-way marginals whatever the workload
+
+
+register(
+    "independent",
+    MechanismSpec(_registered, one_round=True, relations=BOTH_RELATIONS, mesh=True, relaxed=False),
+)

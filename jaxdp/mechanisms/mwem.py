@@ -16,6 +16,7 @@ from jax.sharding import Mesh
 from jaxdp.domain import Dataset
 from jaxdp.families.histogram_update import MW
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import MaxError, QueryError
 
@@ -83,3 +84,7 @@ def mwem(
 def pmw_pub(data: Dataset, workload: MarginalWorkload, *, public: Dataset, **kwargs) -> Adaptive:
     """PMW-Pub: MWEM over the support of a public dataset, starting at its distribution."""
     return mwem(data, workload, public=public, **kwargs)
+
+
+register("mwem", MechanismSpec(mwem, rounds=25, cap_rounds=True, mesh=True))
+register("pmw-pub", MechanismSpec(pmw_pub, rounds=25, cap_rounds=True, public=True, mesh=True))

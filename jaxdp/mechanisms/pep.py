@@ -18,6 +18,7 @@ from jax.sharding import Mesh
 from jaxdp.domain import Dataset
 from jaxdp.families.histogram_update import PEP
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import MaxError, QueryError
 
@@ -71,3 +72,7 @@ def pep(
 def pep_pub(data: Dataset, workload: MarginalWorkload, *, public: Dataset, **kwargs) -> Adaptive:
     """PEP-Pub: PEP over the support of a public dataset, starting at its distribution."""
     return pep(data, workload, public=public, **kwargs)
+
+
+register("pep", MechanismSpec(pep, rounds=25, cap_rounds=True, mesh=True))
+register("pep-pub", MechanismSpec(pep_pub, rounds=25, cap_rounds=True, public=True, mesh=True))

@@ -15,6 +15,7 @@ from jax.sharding import Mesh
 from jaxdp.domain import Dataset
 from jaxdp.families.fitted import RAP
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import MaxError
 
@@ -85,3 +86,7 @@ def rap_softmax(
 ) -> Adaptive:
     """RAP-softmax: RAP with softmax-parametrised rows (learning rate 0.1 as in the paper)."""
     return rap(data, workload, softmax=True, learning_rate=learning_rate, **kwargs)
+
+
+register("rap", MechanismSpec(rap, rounds=10, cap_rounds=True, per_round=5, mesh=True))
+register("rap-softmax", MechanismSpec(rap_softmax, rounds=10, cap_rounds=True, per_round=5, mesh=True))

@@ -30,6 +30,7 @@ from jaxdp.domain import DataError, Dataset
 from jaxdp.families.mixed import MixedRows
 from jaxdp.keys import require_key
 from jaxdp.mechanisms.adaptive import Adaptive, QueryClass, adaptive
+from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import (
     LinearThresholdQueries,
     MarginalWorkload,
@@ -236,3 +237,16 @@ def _target_prefix_queries(key, sizes, n_numeric, n_queries, labels) -> MixedMar
         tuple(int(s) for s in sizes),
         int(n_numeric),
     )
+
+
+def _registered(
+    data: Dataset, workload: MarginalWorkload | None, *, rounds: int | None = None, **budget
+) -> Adaptive:
+    """RAP++ over Section 5.1's query classes: categorical marginals (`workload`, or every
+    feature x feature x target marginal when None), mixed marginals and linear thresholds. The
+    random threshold queries are public: drawn from a fixed query-set key, not the noise key."""
+    classes = default_classes(data.domain, jax.random.key(0), workload=workload, marginal_rounds=rounds)
+    return rap_plus_plus(data, classes, **budget)
+
+
+register("rap++", MechanismSpec(_registered, own_workload=True, real_numeric=True))
