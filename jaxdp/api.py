@@ -20,12 +20,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from jax.sharding import Mesh
 
-from jaxdp import containers
 from jaxdp.binning import DEFAULT_BINNING_SHARE
-from jaxdp.domain import Dataset, Domain
+from jaxdp.domain import Dataset, Domain, RawTable, is_dataframe, like
 from jaxdp.execution import FAST_RELEASE_ROWS, execute, progress_reporter
 from jaxdp.inputs import (
     Inputs,
@@ -50,7 +48,6 @@ from jaxdp.mechanisms.registry import (
 )
 from jaxdp.queries import MarginalWorkload
 from jaxdp.report import Result, answers_table, noise_name, release_errors
-from jaxdp.tables import RawTable
 from jaxdp.types import Key, Neighboring
 
 __all__ = [
@@ -107,9 +104,9 @@ def synthesize(
 
     Args:
         data: the private table: pandas DataFrame, dict of columns, 2-D NumPy array
-            (`jaxdp.containers`), a `jaxdp.tables.RawTable`, or a `Dataset` (already coded).
+            (`jaxdp.domain.encode`), a `jaxdp.domain.RawTable`, or a `Dataset` (already coded).
         schema: the declared domain, never inferred from the data: a table schema (a dict in the
-            ``"columns"`` form, `jaxdp.tables`: labelled categories, numeric bounds with
+            ``"columns"`` form, `jaxdp.domain.schema`: labelled categories, numeric bounds with
             bins/edges/integer, nullable columns), the sizes form, a `Domain`, or a JSON file
             path holding one. With a table schema every mechanism runs: numeric columns become
             bins (kept real for rap++) and the release comes back in the table's columns,
@@ -195,25 +192,12 @@ def synthesize(
 
 
 def _like_input(data: Any, result: Result, workload: MarginalWorkload, domain: Domain) -> Any:
-    """The release in the container the private table came in."""
+    """The release in the container the private table came in (`jaxdp.domain.like`)."""
     if result.answers is not None:
-        if containers.is_dataframe(data):
+        if is_dataframe(data):
             return type(data)(answers_table(workload, domain, result.answers))
         return result.answers
-    if isinstance(result.data, RawTable):  # a table schema's release, decoded
-        return containers.like(data, result.data)
-    synthetic = result.synthetic
     if isinstance(data, Dataset):
-        return synthetic
-    columns = synthetic.to_columns()
-    if containers.is_dataframe(data):
-        return type(data)(columns)
-    if isinstance(data, Mapping):
-        return columns
-    if data.dtype.kind in "biuf":  # codes in, codes out (numeric columns in original units)
-        cat = {a.name: j for j, a in enumerate(synthetic.domain.categorical)}
-        stacked = np.stack(
-            [synthetic.codes[:, cat[n]] if n in cat else columns[n] for n in synthetic.domain.names], axis=1
-        )
-        return stacked if synthetic.domain.numeric else stacked.astype(np.int32)
-    return np.stack([np.asarray(columns[n], dtype=object) for n in synthetic.domain.names], axis=1)
+        return result.synthetic
+    table = result.data if isinstance(result.data, RawTable) else result.synthetic.to_table()
+    return like(data, table)

@@ -2,7 +2,7 @@
 
 A column's bins are its interior cut points c_1 < ... < c_{k-1}: bin i holds the values in
 [c_i, c_{i+1}) (the first from the lower bound, the last up to and including the upper bound).
-They come from, in the schema (`jaxdp.tables`):
+They come from, in the schema (`jaxdp.domain.schema`):
 
 - `bins`: equal width over the public bounds (for an integer column, over its whole numbers,
   so that every bin holds at least one);
@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxdp.domain import Categorical, Dataset, Domain
+from jaxdp.domain import Categorical, Dataset, Domain, NumericColumn, RawTable
 from jaxdp.mechanisms import Adaptive, independent
-from jaxdp.tables import NumericColumn, RawTable
 from jaxdp.types import Neighboring
 
 DEFAULT_BINS = 32

@@ -27,13 +27,23 @@ from jaxdp._version import __version__
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError
 from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.binning import DEFAULT_BINNING_SHARE
-from jaxdp.domain import DataError, Dataset, Domain, read_csv, write_columns, write_rows
+from jaxdp.domain import (
+    DataError,
+    Dataset,
+    Domain,
+    RawTable,
+    TableSchema,
+    load_declaration,
+    read_csv,
+    read_table,
+    write_columns,
+    write_rows,
+)
 from jaxdp.evaluate import best_mixture_error, workload_errors
 from jaxdp.families.compression import Compression
 from jaxdp.keys import secure_root_key
 from jaxdp.noise import NOISES
 from jaxdp.queries import MarginalWorkload
-from jaxdp.tables import RawTable, read_table
 from jaxdp.types import Neighboring
 
 DEFAULT_ROUNDS = {name: spec.rounds for name, spec in MECHANISMS.items() if spec.rounds is not None}
@@ -177,11 +187,10 @@ def _load_input(dataset: str | None, data: str | None, domain: str | None, schem
         if data or domain or schema:
             raise CLIError("--dataset cannot be combined with --data/--domain/--schema")
         return datasets.load(dataset)
-    declared = _declaration(data, domain, schema)
-    table_schema = api.as_table_schema(declared)
-    if table_schema is not None:
-        return read_table(data, table_schema)
-    return read_csv(data, Domain.load(declared))
+    declared = load_declaration(_declaration(data, domain, schema), "schema" if schema else "domain")
+    if isinstance(declared, TableSchema):
+        return read_table(data, declared)
+    return read_csv(data, declared)
 
 
 def _load_public(path: str, data) -> Dataset | RawTable:

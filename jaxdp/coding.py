@@ -17,7 +17,6 @@ to whole numbers where declared, empty where the release says so.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,9 +24,19 @@ import jax
 import numpy as np
 
 from jaxdp.binning import bin_codes, method
-from jaxdp.domain import Attribute, Categorical, DataError, Dataset, Domain, Numeric
+from jaxdp.domain import (
+    Attribute,
+    Categorical,
+    CategoricalColumn,
+    DataError,
+    Dataset,
+    Domain,
+    Numeric,
+    NumericColumn,
+    RawTable,
+    TableSchema,
+)
 from jaxdp.keys import require_key
-from jaxdp.tables import CategoricalColumn, NumericColumn, RawTable, TableSchema
 from jaxdp.types import Key
 
 EMPTY_LABEL = ""
@@ -187,9 +196,7 @@ def _within_bins(
     empty = bins >= k
     index = np.where(empty, 0, bins)
     if column.integer:
-        first, last = column.whole_numbers
-        starts = np.asarray([first, *(math.ceil(x) for x in cuts)], np.float64)
-        ends = np.asarray([*(math.ceil(x) - 1 for x in cuts), last], np.float64)
+        starts, ends = column.whole_number_bins(cuts)
         out = starts[index] + np.floor(uniform * (ends[index] - starts[index] + 1))
         out = np.minimum(out, ends[index])  # u * count rounds to count only when u is 1 - 2^-24
     else:

@@ -15,16 +15,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from jaxdp import containers, datasets, preprocess
+from jaxdp import datasets, preprocess
 from jaxdp.binning import DEFAULT_BINNING_SHARE
-from jaxdp.domain import Categorical, DataError, Dataset, Domain, read_json
+from jaxdp.domain import (
+    DataError,
+    Dataset,
+    Domain,
+    RawTable,
+    TableSchema,
+    is_table_schema,
+    load_declaration,
+    table_from,
+)
 from jaxdp.keys import decode_key, require_key
 from jaxdp.mechanisms.registry import mechanism_relation, mechanism_spec
 from jaxdp.queries import MarginalWorkload, all_kway, from_names
 from jaxdp.report import Result
-from jaxdp.tables import RawTable, TableSchema, is_table_schema
 from jaxdp.types import Key, Neighboring
 
 
@@ -63,21 +69,7 @@ def as_dataset(data: Any, schema: Domain | Mapping[str, Any] | str | os.PathLike
     if schema is None:
         raise TypeError("schema is required: the domain is always declared, never read from the data")
     domain = as_domain(schema)
-    if containers.is_dataframe(data) or isinstance(data, Mapping):
-        return Dataset.from_columns(domain, {str(c): np.asarray(data[c]) for c in data})
-    if isinstance(data, np.ndarray):
-        if data.ndim != 2 or data.shape[1] != len(domain):
-            raise DataError(f"an array must have shape (n_records, {len(domain)}), got {data.shape}")
-        if data.dtype.kind in "biuf":
-            kinds = [isinstance(a, Categorical) for a in domain.attributes]
-            codes = data[:, [j for j, c in enumerate(kinds) if c]]
-            numeric = data[:, [j for j, c in enumerate(kinds) if not c]]
-            return Dataset.from_codes(domain, codes, numeric)
-        return Dataset.from_columns(domain, {a.name: data[:, j] for j, a in enumerate(domain.attributes)})
-    raise TypeError(
-        f"data must be a pandas DataFrame, a dict of columns, a 2-D NumPy array or a jaxdp.Dataset, "
-        f"got {type(data).__name__}"
-    )
+    return Dataset.from_table(domain, table_from(data, TableSchema.from_domain(domain)))
 
 
 def workload_from_spec(spec: str | MarginalWorkload | list, domain: Domain) -> MarginalWorkload:
@@ -115,8 +107,8 @@ def as_table_schema(schema: Any) -> TableSchema | None:
     if is_table_schema(schema):
         return TableSchema.from_json(schema)
     if isinstance(schema, str | os.PathLike):
-        obj = read_json(schema, "schema")
-        return TableSchema.from_json(obj) if is_table_schema(obj) else None
+        declared = load_declaration(schema, "schema")
+        return declared if isinstance(declared, TableSchema) else None
     return None
 
 
@@ -154,7 +146,7 @@ def prepare_inputs(
 ) -> Inputs:
     """Validate a table and code it for mechanism `name`.
 
-    A table schema (the ``"columns"`` form, `jaxdp.tables`) codes numeric columns to bins for
+    A table schema (the ``"columns"`` form, `jaxdp.domain.schema`) codes numeric columns to bins for
     the mechanisms over categories and keeps them real for rap++, with empty cells where
     nullable; private quantile bins, if the schema asks for them, are measured here, charged
     `binning_share` of the budget's rho. Any other declaration (a `Domain`, the sizes form, or
@@ -177,7 +169,7 @@ def prepare_inputs(
         dataset = as_dataset(data, schema)
         public_data = None if public is None else as_dataset(public, dataset.domain)
         return Inputs(dataset, {"epsilon": epsilon, "delta": delta}, public_data)
-    table = data if isinstance(data, RawTable) else containers.table_from(data, table_schema)
+    table = data if isinstance(data, RawTable) else table_from(data, table_schema)
     prepared = preprocess.prepare(
         table,
         real=mechanism_spec(name).real_numeric,
@@ -191,7 +183,7 @@ def prepare_inputs(
     )
     public_data = None
     if public is not None:
-        public_table = public if isinstance(public, RawTable) else containers.table_from(public, table_schema)
+        public_table = public if isinstance(public, RawTable) else table_from(public, table_schema)
         public_data = prepared.coding.encode(public_table)
     return Inputs(prepared.dataset, prepared.budget, public_data, prepared)
 

@@ -17,10 +17,9 @@ import numpy as np
 from jaxdp import _checks, binning, loop
 from jaxdp.accounting import Plan, epsilon_from_rho
 from jaxdp.coding import TableCoding
-from jaxdp.domain import Dataset
+from jaxdp.domain import Dataset, RawTable
 from jaxdp.keys import preprocess_key, require_key
 from jaxdp.ledger import LedgerEntry, rho_spent
-from jaxdp.tables import RawTable
 from jaxdp.types import Key, Neighboring
 
 

@@ -71,7 +71,7 @@ SECRET = "31337"  # a value that must never appear in an error message
         (f"age,sex,level\n{SECRET},Male,0\n", r"'age': 1 value\(s\) outside the declared bounds"),
         ("age,sex,level\nnan,Male,0\n", r"'age': 1 value\(s\) are NaN"),
         ("age,sex,level\ninf,Male,0\n", r"'age': 1 value\(s\) are NaN"),
-        ("age,sex,level\n,Male,0\n", r"'age': 1 value\(s\) are NaN, infinite or empty"),
+        ("age,sex,level\n,Male,0\n", r"'age': 1 empty cell\(s\); declare \"nullable\": true"),
         (f"age,sex,level\n20,{SECRET},0\n20,Other,1\n", r"'sex': 2 value\(s\) are not among its 2"),
         ("age,sex,level\n20,Male,3\n", r"'level': 1 code\(s\) outside \[0, 3\)"),
         ("age,sex,level\n20,Male,-1\n", r"'level': 1 code\(s\) outside"),

@@ -42,7 +42,7 @@ def test_raw_adult_rows_round_trip_in_labels_and_units():
     ("field", "value", "message"),
     [
         (0, "16", "'age': 1 value(s) outside the declared bounds"),
-        (2, "", "'fnlwgt': 1 value(s) are NaN"),
+        (2, "", "'fnlwgt': 1 empty cell(s)"),
         (1, "Space-force", "'workclass': 1 value(s) are not among its 9 declared categories"),
         (10, "lots", "'capital-gain': 1 value(s) are not numbers"),
     ],

@@ -72,7 +72,7 @@ def private_codes(data: Dataset, mesh: Mesh | None = None) -> Sensitive:
     if not isinstance(data, Dataset):
         raise TypeError(f"data must be a jaxdp.Dataset, got {type(data).__name__}")
     if len(data) == 0:
-        raise DataError("the table is empty (0 records)")
+        raise DataError("the dataset holds no records (0 records)")
     if len(data) >= MAX_RECORDS:
         raise DataError(
             f"the table has {len(data):,} records; float32 counts are exact only below {MAX_RECORDS:,}, "

@@ -33,7 +33,7 @@ from jaxdp.families.compression import Compression
 from jaxdp.families.graphical import GraphicalModel
 from jaxdp.mechanisms.adaptive import adaptive
 from jaxdp.mechanisms.annealed import Annealed
-from jaxdp.mechanisms.registry import MechanismSpec, register
+from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
 from jaxdp.types import Neighboring
@@ -117,15 +117,6 @@ def aim(
     )
 
 
-def _registered(
-    data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options
-) -> Annealed:
-    """AIM picks its own rounds by budget annealing: `rounds` caps them (its T)."""
-    if rounds is not None:
-        options["max_rounds"] = rounds
-    return aim(data, workload, **options)
-
-
 def _error_bounds(mechanism: Annealed, state, synthetic: Dataset, confidence: float, domain: Domain) -> dict:
     """AIM's per-marginal L1 error bounds of the released records (post-processing: publishable)."""
     if isinstance(confidence, bool) or not isinstance(confidence, float | int) or not 0.0 < confidence < 1.0:
@@ -157,6 +148,6 @@ AIM_RELATIONS = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)
 register(
     "aim",
     MechanismSpec(
-        _registered, error_bounds=_error_bounds, relations=AIM_RELATIONS, mesh=True, compresses=True
+        rounds_cap(aim), error_bounds=_error_bounds, relations=AIM_RELATIONS, mesh=True, compresses=True
     ),
 )

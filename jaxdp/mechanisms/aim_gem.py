@@ -21,7 +21,7 @@ from jaxdp.families.generator_model import GeneratorModel
 from jaxdp.mechanisms.adaptive import adaptive
 from jaxdp.mechanisms.aim import AIM_RELATIONS
 from jaxdp.mechanisms.annealed import Annealed
-from jaxdp.mechanisms.registry import MechanismSpec, register
+from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
 from jaxdp.types import Neighboring
@@ -103,13 +103,4 @@ def aim_gem(
     )
 
 
-def _registered(
-    data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options
-) -> Annealed:
-    """AIM's selection and filter with GEM's generator: `rounds` caps the rounds (its T)."""
-    if rounds is not None:
-        options["max_rounds"] = rounds
-    return aim_gem(data, workload, **options)
-
-
-register("aim-gem", MechanismSpec(_registered, relations=AIM_RELATIONS, mesh=True, compresses=True))
+register("aim-gem", MechanismSpec(rounds_cap(aim_gem), relations=AIM_RELATIONS, mesh=True, compresses=True))

@@ -87,6 +87,18 @@ class MechanismSpec:
 MECHANISMS: dict[str, MechanismSpec] = {}
 
 
+def rounds_cap(factory: Callable[..., Any]) -> Callable[..., Any]:
+    """A budget-annealing factory (AIM's kind picks its own rounds) taking the API's `rounds` as
+    the cap on them (its `max_rounds`, T)."""
+
+    def capped(data: Dataset, workload: MarginalWorkload, *, rounds: int | None = None, **options):
+        if rounds is not None:
+            options["max_rounds"] = rounds
+        return factory(data, workload, **options)
+
+    return capped
+
+
 def register(name: str, spec: MechanismSpec) -> None:
     """Add a mechanism to the registry the API and the command line share."""
     if not isinstance(spec, MechanismSpec):
