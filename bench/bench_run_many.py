@@ -2,10 +2,12 @@
 
 ADULT reduced, all 35 3-way marginals, epsilon 1, 8 seeds (`jax.random.split(key(0), 8)`), for
 each mechanism named: a Python loop of `run` over the seeds, `run_many` (batching "loop", the
-default) and `run_many(batching="vmap")`. Each is timed once after a warm-up call of the same
-form (so compiling is excluded), with the 1-minute load average before and after (a busy host
-inflates timings). For "vmap" the record also says whether every seed's Info (its selections)
-equals its single run's and the largest state difference.
+default), `run_many(batching="map")` (one program, lane after lane) and
+`run_many(batching="vmap")` (one program, every lane at once). Each is timed --repeats times after
+a warm-up call of the same form (so compiling is excluded; the warm-up's seconds are recorded as
+`first_seconds`), median recorded, with the 1-minute load average before and after (a busy host
+inflates timings). For "map" and "vmap" the record also says whether every seed's Info (its
+selections) equals its single run's and the largest state difference.
 
     python bench/bench_run_many.py --mechanisms pep rap-softmax aim-pep --out bench/results/run_many.jsonl
 """
@@ -37,11 +39,44 @@ MECHANISMS = {
 }
 
 
-def timed(fn):
+def timed(fn, repeats: int):
+    """(the last output, timing fields): the median of `repeats` calls after a warm-up call."""
     before = load_average()
     start = time.perf_counter()
-    out = block(fn())
-    return out, {"seconds": time.perf_counter() - start, "load_before": before, "load_after": load_average()}
+    out = block(fn())  # warm-up: compiles
+    first = time.perf_counter() - start
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = block(fn())
+        seconds.append(time.perf_counter() - start)
+    return out, {
+        "seconds": float(np.median(seconds)),
+        "repeats": seconds,
+        "first_seconds": first,
+        "load_before": before,
+        "load_after": load_average(),
+    }
+
+
+def agreement(out, singles) -> dict:
+    """Whether every seed's Info equals its single run's, and the largest state difference."""
+
+    def leaves(tree):
+        return [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(tree)]
+
+    pairs = [(out.seed(i), s) for i, s in enumerate(singles)]
+    return {
+        "selections_equal": all(
+            all(np.array_equal(a, b) for a, b in zip(leaves(m.info), leaves(s.info), strict=True))
+            for m, s in pairs
+        ),
+        "max_state_difference": max(
+            float(np.max(np.abs(a - b), initial=0.0))
+            for m, s in pairs
+            for a, b in zip(leaves(m.state), leaves(s.state), strict=True)
+        ),
+    }
 
 
 def main() -> None:
@@ -49,6 +84,7 @@ def main() -> None:
     parser.add_argument("--mechanisms", nargs="+", default=["pep"], choices=list(MECHANISMS))
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--no-vmap", action="store_true", help="skip the (slow on CPU) vmap strategy")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     rec = Recorder(args.out)
@@ -67,36 +103,16 @@ def main() -> None:
             "python loop of run": lambda m=mech: [jaxdp.run(m, k).state for k in keys],
             "run_many loop": lambda m=mech: jaxdp.run_many(m, keys).state,
         }
+        if mech.jittable:
+            strategies["run_many map"] = lambda m=mech: jaxdp.run_many(m, keys, batching="map")
         if not args.no_vmap and mech.jittable:
             strategies["run_many vmap"] = lambda m=mech: jaxdp.run_many(m, keys, batching="vmap")
-        singles = None
+        singles = [jaxdp.run(mech, k) for k in keys]
         for label, fn in strategies.items():
-            block(fn())  # warm-up: compiles
-            out, timing = timed(fn)
+            out, timing = timed(fn, args.repeats)
             fields = {"mechanism": name, "strategy": label, **timing}
-            if label == "python loop of run":
-                singles = [jaxdp.run(mech, k) for k in keys]
-            if label == "run_many vmap":
-                fields["selections_equal"] = all(
-                    all(
-                        np.array_equal(np.asarray(a), np.asarray(b))
-                        for a, b in zip(
-                            jax.tree_util.tree_leaves(out.seed(i).info),
-                            jax.tree_util.tree_leaves(s.info),
-                            strict=True,
-                        )
-                    )
-                    for i, s in enumerate(singles)
-                )
-                fields["max_state_difference"] = max(
-                    float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
-                    for i, s in enumerate(singles)
-                    for a, b in zip(
-                        jax.tree_util.tree_leaves(out.seed(i).state),
-                        jax.tree_util.tree_leaves(s.state),
-                        strict=True,
-                    )
-                )
+            if label in ("run_many map", "run_many vmap"):
+                fields.update(agreement(out, singles))
             rec.emit(KERNEL, sizes, **fields)
 
 

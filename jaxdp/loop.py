@@ -42,7 +42,7 @@ from jaxdp.types import Key
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
-BATCHINGS = ("loop", "vmap")
+BATCHINGS = ("loop", "map", "vmap")
 
 
 class RunResult(NamedTuple):
@@ -227,7 +227,7 @@ class ManyResult(NamedTuple):
         info: each seed's Info stacked over rounds, then over seeds: (seeds, rounds, ...)
             leaves (a tuple per seed for a Python-loop mechanism, whose rounds may differ).
         ledgers: one ledger per seed, each checked against the plan as `run` checks one.
-        batching: how the seeds ran, "loop" or "vmap" (see `run_many`).
+        batching: how the seeds ran, "loop", "map" or "vmap" (see `run_many`).
         stacked: whether state and Info are stacked (False: tuples of per-seed values).
     """
 
@@ -267,14 +267,17 @@ def run_many(
         rounds: rounds per seed (default: all the mechanism planned).
         batching: "loop" (default): the seeds run one after another through `run`'s compiled
             program, so seed i's state, Info, ledger and release are exactly those of
-            `run(mechanism, keys[i])` and `audit.replay` reproduces any seed. "vmap": one
-            program vmapped over the keys. Its seeds are private runs like any other (each
-            ledger is audited), but batched kernels round floats differently, and a rounding
-            difference can change an exact selection, so a seed need not equal
-            `run(mechanism, keys[i])`; `audit.replay_many` replays the batch. On the 2-core CPU
-            it was slower than the loop for every mechanism measured (docs/architecture.md).
-            A mechanism with `jittable = False` (AIM) always runs as a loop: asking it for
-            "vmap" logs a warning and loops.
+            `run(mechanism, keys[i])` and `audit.replay` reproduces any seed. "map": one
+            program running the seeds lane after lane (`jax.lax.map`): no host round trip
+            between seeds, as fast as the loop or faster on the 2-core CPU. "vmap": one program
+            running every lane at once, for accelerators (on the 2-core CPU it was slower than
+            the loop for every mechanism measured). The seeds of one program are private runs
+            like any other (each ledger is audited), but the program is compiled as a whole, so
+            its floats may round differently from `run`'s (batched kernels do), and a rounding
+            difference can change an exact selection: a seed need not equal
+            `run(mechanism, keys[i])`, and `audit.replay_many` replays the batch bit for bit
+            (docs/architecture.md, "Many seeds"). A mechanism with `jittable = False` (AIM)
+            always runs as a loop: asking it for "map" or "vmap" logs a warning and loops.
         check_keys: as for `run`.
 
     Returns:
@@ -292,7 +295,7 @@ def run_many(
     rounds = _rounds(mechanism, rounds)
     _checks.one_of(batching, BATCHINGS, "batching")
     jittable = contract.jittable(mechanism)
-    if batching == "vmap" and not jittable:
+    if batching != "loop" and not jittable:
         logger.warning(
             "%s runs as a Python loop (jittable = False): run_many runs its %d seeds one after another",
             type(mechanism).__name__,
@@ -308,7 +311,7 @@ def run_many(
         state, info = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[(r.state, r.info) for r in runs])
         return ManyResult(state, info, ledgers, batching)
     with _key_reuse_checked(check_keys):
-        state, info = _vmap_jit(mechanism, keys, rounds)
+        state, info = _seeds_jit(mechanism, keys, rounds, batching)
     complete = rounds == mechanism.rounds
     ledgers = tuple(
         _audited_ledger(
@@ -319,15 +322,17 @@ def run_many(
     return ManyResult(state, info, ledgers, batching)
 
 
-def _seeds_vmapped(mechanism, keys, rounds: int):
+def _seeds(mechanism, keys, rounds: int, batching: str):
+    """Every seed's run in one program: lane after lane ("map") or all lanes at once ("vmap")."""
+
     def one(key):
         state = mechanism.init(stream_key(key, Stream.INIT))
         return _scan_rounds(mechanism, state, key, jnp.zeros((), jnp.int32), rounds)
 
-    return jax.vmap(one)(keys)
+    return jax.lax.map(one, keys) if batching == "map" else jax.vmap(one)(keys)
 
 
-_vmap_jit = jax.jit(_seeds_vmapped, static_argnames="rounds")
+_seeds_jit = jax.jit(_seeds, static_argnames=("rounds", "batching"))
 
 
 @jax.jit
