@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # -- scaling with rows -----------------------------------------------------------------------
-    row_counts = [r for r in (10**4, 10**5, 10**6, 10**7) if r <= args.max_rows]
+    row_counts = [r for r in (10**4, 10**5, 10**6, 10**7, 10**8) if r <= args.max_rows]
     for r, k in zip(row_counts, jax.random.split(k_rows, len(row_counts)), strict=True):
         codes_r = jnp.asarray(resampled_codes(k, data.codes, r))
         comp, cs = compile_seconds(exact, codes_r)

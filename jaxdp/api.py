@@ -103,7 +103,7 @@ def synthesize(
     """Release a differentially private synthetic version of a table.
 
     Args:
-        data: the private table: pandas DataFrame, dict of columns, 2-D NumPy array
+        data: the private table: pandas DataFrame, pyarrow Table, dict of columns, 2-D NumPy array
             (`jaxdp.domain.encode`), a `jaxdp.domain.RawTable`, or a `Dataset` (already coded).
         schema: the declared domain, never inferred from the data: a table schema (a dict in the
             ``"columns"`` form, `jaxdp.domain.schema`: labelled categories, numeric bounds with

@@ -53,10 +53,10 @@ def as_dataset(data: Any, schema: Domain | Mapping[str, Any] | str | os.PathLike
     """Validate a table against its declared schema.
 
     Args:
-        data: a pandas DataFrame or a dict of columns (labels where the schema declares them,
-            codes otherwise, numeric columns in original units), a 2-D NumPy array with the
-            schema's columns in order (numeric dtype: codes and values; object/str dtype:
-            labels), or a `Dataset` (whose domain must equal the schema, if one is given).
+        data: a pandas DataFrame, a pyarrow Table or a dict of columns (labels where the schema
+            declares them, codes otherwise, numeric columns in original units), a 2-D NumPy
+            array with the schema's columns in order (numeric dtype: codes and values; object/str
+            dtype: labels), or a `Dataset` (whose domain must equal the schema, if one is given).
         schema: the declared domain (see `as_domain`); may be None only for a `Dataset`.
 
     Raises:

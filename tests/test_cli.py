@@ -140,6 +140,27 @@ def test_schema_input_round_trips_labels_and_workload_file(tmp_path):
     assert {r[1] for r in rows[1:]} <= {"S", "M", "L", "XL"}
 
 
+def test_synth_reads_a_parquet_table_as_it_reads_the_same_csv(tmp_path):
+    pytest.importorskip("pyarrow", reason="the arrow extra is not installed")
+    import pyarrow
+    import pyarrow.parquet
+
+    data = jaxdp.datasets.load("adult-reduced")
+    (tmp_path / "domain.json").write_text(
+        json.dumps(dict(zip(data.domain.names, data.domain.sizes, strict=True)))
+    )
+    pyarrow.parquet.write_table(pyarrow.table(data.to_columns()), tmp_path / "table.parquet")
+    jaxdp.write_csv(tmp_path / "table.csv", data)
+    outputs = []
+    for source in ("table.parquet", "table.csv"):
+        argv = ["synth", "--mechanism", "independent", "--data", str(tmp_path / source)]
+        argv += ["--domain", str(tmp_path / "domain.json"), "--epsilon", "1", "--seed", "0"]
+        argv += ["--out", str(tmp_path / f"{source}.out.csv")]
+        assert main(argv) == 0
+        outputs.append((tmp_path / f"{source}.out.csv").read_text())
+    assert outputs[0] == outputs[1]
+
+
 BASE = ["synth", "--mechanism", "independent", "--dataset", "adult-reduced", "--seed", "0"]
 
 

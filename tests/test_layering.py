@@ -187,9 +187,9 @@ def test_no_unkeyed_randomness_in_the_package():
 
 
 def test_importing_jaxdp_leaves_optional_and_heavy_libraries_unloaded():
-    """flax, optax, mbi, scipy, pandas and tqdm load when a mechanism or option needs them: a
+    """flax, optax, mbi, scipy, pandas, tqdm and pyarrow load when a mechanism or option needs them: a
     command-line run pays their import (flax about half a second) only then."""
-    heavy = ("flax", "optax", "mbi", "scipy", "pandas", "tqdm")
+    heavy = ("flax", "optax", "mbi", "scipy", "pandas", "tqdm", "pyarrow")
     code = f"import sys, jaxdp, jaxdp.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

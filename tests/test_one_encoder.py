@@ -223,3 +223,32 @@ def test_the_nullable_table_holds_its_empty_cells():
     assert table.codes["colour"].tolist() == [0, -1, 1, 0]
     assert table.codes["level"].tolist() == [0, 2, -1, 1]
     assert np.isnan(table.values["income"]).tolist() == [False, False, False, True]
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_an_arrow_table_comes_back_as_it_went_in(name):
+    pyarrow = pytest.importorskip("pyarrow", reason="the arrow extra is not installed")
+    schema, columns = TABLES[name]()
+    arrow = pyarrow.table({n: pyarrow.array(c, from_pandas=True) for n, c in columns.items()})
+    table = table_from(arrow, schema)
+    back = like(arrow, table)
+    assert isinstance(back, pyarrow.Table) and back.column_names == arrow.column_names
+    for n in columns:
+        assert_same_cells(back.column(n).to_numpy(zero_copy_only=False), columns[n])
+        assert back.column(n).null_count == arrow.column(n).null_count  # empty cells stay nulls
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_a_parquet_file_comes_back_as_it_went_in(name, tmp_path):
+    pytest.importorskip("pyarrow", reason="the arrow extra is not installed")
+    import pyarrow
+    import pyarrow.parquet
+
+    schema, columns = TABLES[name]()
+    path = tmp_path / "table.parquet"
+    pyarrow.parquet.write_table(
+        pyarrow.table({n: pyarrow.array(c, from_pandas=True) for n, c in columns.items()}), path
+    )
+    back = read_table(path, schema).columns()
+    for n in columns:
+        assert_same_cells(back[n], columns[n])

@@ -85,12 +85,11 @@ class Dataset:
         """The records of a table parsed against the domain's schema
         (`TableSchema.from_domain(domain)`): codes stacked as int32, numeric values normalised to
         [0, 1] as float32."""
-        codes = np.empty((len(table), len(domain.categorical)), dtype=np.int32)
-        numeric = np.empty((len(table), len(domain.numeric)), dtype=np.float32)
-        for j, a in enumerate(domain.categorical):
-            codes[:, j] = table.codes[a.name]
+        columns = [table.codes[a.name].astype(np.int32, copy=False) for a in domain.categorical]
+        codes = np.stack(columns, axis=1) if columns else np.zeros((len(table), 0), np.int32)
+        numeric = np.zeros((len(table), len(domain.numeric)), np.float32)
         for j, a in enumerate(domain.numeric):
-            numeric[:, j] = ((table.values[a.name] - a.lower) / (a.upper - a.lower)).astype(np.float32)
+            numeric[:, j] = (table.values[a.name] - a.lower) / (a.upper - a.lower)
         return cls(domain, codes, numeric)
 
     # -- views ----------------------------------------------------------------------------------

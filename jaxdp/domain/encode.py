@@ -174,14 +174,15 @@ def _codes(column: CategoricalColumn, cells: np.ndarray) -> np.ndarray:
                 "declared categories"
             )
         return np.fromiter((index[v] for v in text), dtype=np.int32, count=len(text))
-    floats = _finite(column.name, cells)
-    not_int = floats != np.round(floats)
-    if not_int.any():
-        raise DataError(f"column {column.name!r}: {int(not_int.sum())} value(s) are not integers")
-    outside = (floats < 0) | (floats >= column.size)
+    numbers = cells if cells.dtype.kind in "iu" else _finite(column.name, cells)
+    if numbers.dtype.kind == "f":
+        not_int = numbers != np.round(numbers)
+        if not_int.any():
+            raise DataError(f"column {column.name!r}: {int(not_int.sum())} value(s) are not integers")
+    outside = (numbers < 0) | (numbers >= column.size)
     if outside.any():
         raise DataError(f"column {column.name!r}: {int(outside.sum())} code(s) outside [0, {column.size})")
-    return floats.astype(np.int32)
+    return numbers.astype(np.int32, copy=False)
 
 
 def _values(column: NumericColumn, cells: np.ndarray) -> np.ndarray:
@@ -242,6 +243,26 @@ def is_dataframe(data: Any) -> bool:
     return type(data).__name__ == "DataFrame" and hasattr(data, "columns")
 
 
+def is_arrow_table(data: Any) -> bool:
+    """A `pyarrow.Table` (recognised without importing pyarrow)."""
+    return type(data).__name__ == "Table" and type(data).__module__.startswith("pyarrow")
+
+
+def _arrow_columns(table: Any) -> dict[str, np.ndarray]:
+    """An Arrow table's columns as NumPy arrays: numbers as numbers (float with NaN where a
+    column of numbers has nulls), text as objects with None where null."""
+    import pyarrow  # only reached with a pyarrow.Table in hand
+
+    names = [str(n) for n in table.column_names]
+    check_unique_columns(names)
+    columns = {}
+    for name, column in zip(names, table.columns, strict=True):
+        if pyarrow.types.is_dictionary(column.type):  # categories as Parquet keeps pandas' ones
+            column = column.cast(column.type.value_type)
+        columns[name] = column.to_numpy(zero_copy_only=False)
+    return columns
+
+
 def table_from(data: Any, schema: TableSchema) -> RawTable:
     """Validate a table in any supported container against its schema.
 
@@ -249,14 +270,16 @@ def table_from(data: Any, schema: TableSchema) -> RawTable:
         DataError: naming the column and the number of bad values, never a value.
         TypeError: an unsupported container.
     """
+    if is_arrow_table(data):
+        return parse_table(schema, _arrow_columns(data))
     if is_dataframe(data) or isinstance(data, Mapping):
         names = [str(c) for c in data]
         check_unique_columns(names)
         return parse_table(schema, {n: data[c] for n, c in zip(names, data, strict=True)})
     if not isinstance(data, np.ndarray):
         raise TypeError(
-            "data must be a pandas DataFrame, a dict of columns, a 2-D NumPy array or a "
-            f"jaxdp.Dataset, got {type(data).__name__}"
+            "data must be a pandas DataFrame, a pyarrow Table, a dict of columns, a 2-D NumPy array "
+            f"or a jaxdp.Dataset, got {type(data).__name__}"
         )
     if data.ndim != 2 or data.shape[1] != len(schema.columns):
         raise DataError(f"an array must have shape (n_records, {len(schema.columns)}), got {data.shape}")
@@ -273,6 +296,10 @@ def like(data: Any, table: RawTable) -> Any:
     columns = table.columns()
     if is_dataframe(data):
         return type(data)(columns)
+    if is_arrow_table(data):
+        import pyarrow
+
+        return pyarrow.table({n: pyarrow.array(c, from_pandas=True) for n, c in columns.items()})
     if isinstance(data, Mapping):
         return columns
     if data.dtype.kind not in "biuf":

@@ -1,4 +1,5 @@
-"""Tables as CSV text: read into the one encoder, written back in labels and original units.
+"""Tables as files: CSV text (and Parquet) read into the one encoder, CSV written back in labels
+and original units.
 
 Reading checks only the file's shape (a header, as many fields in every row); the cells are
 validated by `jaxdp.domain.encode`. Writing is atomic where it goes to a path: the file appears
@@ -10,37 +11,103 @@ from __future__ import annotations
 import csv
 import gzip
 import os
+import warnings
 from collections.abc import Mapping
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from jaxdp._io import atomic_open
 from jaxdp.domain.coded import DataError, Domain
 from jaxdp.domain.dataset import Dataset
-from jaxdp.domain.encode import RawTable, check_unique_columns, parse_table
-from jaxdp.domain.schema import TableSchema
+from jaxdp.domain.encode import RawTable, check_unique_columns, parse_table, table_from
+from jaxdp.domain.schema import NumericColumn, TableSchema
 
 
 def read_csv(source: str | os.PathLike | TextIO, domain: Domain) -> Dataset:
-    """Read and validate a CSV with a header row against a declared domain.
+    """Read and validate a CSV with a header row (or a Parquet file) against a declared domain.
 
     Integer-coded columns hold codes; labelled categorical columns hold labels; numeric columns
     hold values in original units. Surrounding whitespace is ignored and blank lines skipped.
 
     Args:
-        source: a path (``.gz`` is decompressed) or an open text stream.
+        source: a path (``.gz`` is decompressed; ``.parquet`` is read as Parquet, with the
+            `arrow` extra) or an open text stream.
         domain: the declared domain.
 
     Raises:
         DataError: unreadable file, bad header, or any invalid value (column and count named).
     """
-    return Dataset.from_columns(domain, read_columns(source))
+    return Dataset.from_table(domain, read_table(source, TableSchema.from_domain(domain)))
 
 
 def read_table(source: str | os.PathLike | TextIO, schema: TableSchema) -> RawTable:
-    """Read and validate a raw CSV (header row; labels, original units, empty cells)."""
-    return parse_table(schema, read_columns(source))
+    """Read and validate a raw CSV (header row; labels, original units, empty cells), or a
+    Parquet file (a path ending ``.parquet``: its columns go to the encoder as Arrow holds them,
+    nulls as empty cells; needs pyarrow, the `arrow` extra).
+
+    A file whose columns all hold numbers (codes of unlabelled categorical columns, numeric
+    columns) is parsed by NumPy's compiled reader (`np.loadtxt`): 10^7 rows in seconds, the cells
+    never held as Python strings. Anything it cannot parse as given (labels, empty cells, quoted
+    or malformed cells) is read again by the text reader (`read_columns`), whose cells the
+    encoder checks and counts by column: the compiled reader's own errors quote a cell, so they
+    are never shown.
+    """
+    if str(getattr(source, "name", source)).endswith(".parquet"):
+        return table_from(_read_parquet(source), schema)
+    return parse_table(schema, _read_numbers(source, schema) or read_columns(source))
+
+
+def _read_parquet(source: str | os.PathLike | TextIO) -> Any:
+    try:
+        import pyarrow.parquet
+    except ImportError:
+        raise DataError("reading Parquet needs pyarrow: pip install 'jaxdp-synth[arrow]'") from None
+    try:
+        return pyarrow.parquet.read_table(source)
+    except (OSError, pyarrow.ArrowException) as err:
+        name = getattr(source, "name", source)
+        raise DataError(f"cannot read Parquet {str(name)!r}: {type(err).__name__}") from None
+
+
+def _read_numbers(source: str | os.PathLike | TextIO, schema: TableSchema) -> dict[str, np.ndarray] | None:
+    """The columns of a CSV file of numbers, parsed by `np.loadtxt` as int32 codes and float64
+    values; None where the text reader must read it: a stream (it cannot be read twice), a
+    labelled column, a header that is not the schema's names, or any cell `np.loadtxt` refuses."""
+    if hasattr(source, "read") or any(getattr(c, "labels", None) for c in schema.columns):
+        return None
+    kinds = {c.name: np.float64 if isinstance(c, NumericColumn) else np.int32 for c in schema.columns}
+    try:
+        with _open(source) as fh:
+            header = [h.strip() for h in next(csv.reader([fh.readline()]), [])]
+            if sorted(header) != sorted(kinds) or len(set(header)) != len(header):
+                return None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "input contained no data": the encoder says it
+                records = np.loadtxt(
+                    fh, delimiter=",", dtype=[(h, kinds[h]) for h in header], ndmin=1, comments=None
+                )
+    except (OSError, UnicodeDecodeError, ValueError, OverflowError):
+        return None  # the text reader reads it again, and names what is wrong
+    # One contiguous array per column: the encoder's checks then read each column's own memory
+    # instead of striding through every record (10x faster at 10^7 rows of 13 columns). Codes
+    # alone are one int32 block, transposed in one pass.
+    if all(kinds[h] is np.int32 for h in header):
+        block = np.ascontiguousarray(records.view(np.int32).reshape(len(records), len(header)).T)
+        columns = dict(zip(header, block, strict=True))
+    else:
+        columns = {h: np.ascontiguousarray(records[h]) for h in header}
+    del records
+    # "nan" parses to NaN, which the encoder would take for an empty cell; as text it is a
+    # value that is not a finite number, refused as such.
+    if any(kinds[h] is np.float64 and np.isnan(columns[h]).any() for h in header):
+        return None
+    return columns
+
+
+def _open(source: str | os.PathLike) -> TextIO:
+    opener = gzip.open if str(source).endswith(".gz") else open
+    return opener(source, "rt", newline="")
 
 
 def read_columns(source: str | os.PathLike | TextIO) -> dict[str, list[str]]:
@@ -55,8 +122,7 @@ def read_columns(source: str | os.PathLike | TextIO) -> dict[str, list[str]]:
         if hasattr(source, "read"):
             rows = _read_rows(source)  # type: ignore[arg-type]
         else:
-            opener = gzip.open if str(source).endswith(".gz") else open
-            with opener(source, "rt", newline="") as fh:
+            with _open(source) as fh:
                 rows = _read_rows(fh)
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise DataError(f"cannot read CSV {str(name)!r}: {type(err).__name__}") from None
