@@ -13,7 +13,7 @@ Rows are drawn uniformly per column on the device (the counts' cost does not dep
 values); both kernels' counts are compared for equality. Compile time is measured apart; run
 times are medians of --repeats calls.
 
-    python bench/bench_counting.py --rows 1e7 1e8 --out bench/results/counting.jsonl
+    python bench/bench_counting.py --rows 1e7 1e8 --out bench/results/gpu_h200.jsonl
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ def replay(mechanism, key: Key, result) -> bool:
 
 def replay_many(mechanism, keys: Key, result: ManyResult) -> list[bool]:
     """Re-run `run_many` from the same keys and batching; for each seed, whether its state and
-    Info are bit-identical (a "vmap" batch is reproducible as a batch, not seed by seed)."""
+    Info are bit-identical (a "map" or "vmap" batch is reproducible as a batch, not seed by
+    seed)."""
     rounds = _rounds_run(result.seed(0).info)
     again = run_many(mechanism, keys, rounds, batching=result.batching)
     return [

@@ -163,7 +163,7 @@ def _add_cache_arg(p: argparse.ArgumentParser) -> None:
 
 def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=datasets.NAMES, help="a bundled dataset")
-    p.add_argument("--data", help="integer-coded or raw CSV (with --domain or --schema)")
+    p.add_argument("--data", help="integer-coded or raw CSV, or a .parquet file (with --domain or --schema)")
     p.add_argument("--domain", help="domain JSON {attr: size} (or schema form)")
     p.add_argument(
         "--schema",

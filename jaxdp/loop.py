@@ -1,8 +1,9 @@
 """The driver: runs a mechanism's rounds from a root key. This is the jit boundary.
 
 `run_many` runs one mechanism from many root keys (seeds) and audits each seed's ledger; by
-default the seeds run one after another (`batching="loop"`), each exactly as `run` runs it,
-which on CPU is also the fastest way (docs/architecture.md, "Many seeds").
+default the seeds run one after another (`batching="loop"`), each exactly as `run` runs it;
+`batching="map"` runs them all in one compiled program, lane after lane (the fastest way on
+CPU), and `batching="vmap"` all at once (docs/architecture.md, "Many seeds").
 
 Every compiled program here takes the mechanism as an argument, so its private leaves
 (`Sensitive`) are inputs of the program, never constants baked into it; `jit_step` gives the

@@ -132,3 +132,13 @@ def test_unreadable_file_is_named(tmp_path, domain):
     bad.write_text("{not json")
     with pytest.raises(DataError, match="cannot read domain file"):
         Domain.load(bad)
+
+
+def test_checked_numeric_keeps_its_name_and_counts_bad_values():
+    from jaxdp.domain import Numeric, checked_numeric
+
+    income = Numeric("income", 0.0, 100.0)
+    np.testing.assert_array_equal(checked_numeric(income, ["1", 2.5, np.int64(100)]), [1.0, 2.5, 100.0])
+    for values, message in (([101.0, -1.0], "2 value"), (["x"], "not numbers"), ([np.inf], "NaN, infinite")):
+        with pytest.raises(DataError, match=rf"'income': .*{message}"):
+            checked_numeric(income, values)

@@ -200,8 +200,11 @@ def test_run_many_in_one_program_audits_each_seed_and_replays_as_a_batch(name, b
     assert all(len(ledger) == sum(c.times for c in mech.plan.charges) for ledger in many.ledgers)
     assert all(jaxdp.rho_spent(ledger) == pytest.approx(mech.plan.rho_planned) for ledger in many.ledgers)
     assert jaxdp.audit.replay_many(mech, keys, many) == [True] * 4
-    # On these small cases the program's lanes round as the single runs do (docs/architecture.md
-    # says why a lane need not, and why its privacy does not depend on it).
+    # On these small cases, on a CPU, the program's lanes round as the single runs do
+    # (docs/architecture.md says why a lane need not, and why its privacy does not depend on it;
+    # on an H200 RAP-softmax's mapped lanes did not).
+    if jax.default_backend() != "cpu":
+        return
     for i, key in enumerate(keys):
         single = loop.run(mech, key)
         chex.assert_trees_all_equal(many.seed(i).info, single.info)

@@ -61,6 +61,10 @@ def outcome(read):
         ("a,b\n99999999999,1\n", False),  # beyond int32
         ("a,c\n0,1\n", False),  # a column the domain lacks
         ("a,b\n  ,  \n0,1\n", False),  # a row of blank cells, skipped by the text reader
+        ("a,b\n0,1.5\n", False),  # a fraction in a code column (NumPy < 2 truncated it, warning)
+        ("a,b\r\n0,1\r\n2,3\r\n", True),  # Windows line ends
+        ("\ufeffa,b\n0,1\n", False),  # a byte-order mark: its header is not the domain's
+        ("a,b\n0,1\n0,1\n" + "2,3\n" * 5000 + "1,x\n", False),  # a bad cell far down the file
     ],
 )
 def test_the_compiled_reader_and_the_text_reader_agree(content, compiled, tmp_path):
@@ -74,16 +78,23 @@ def test_the_compiled_reader_and_the_text_reader_agree(content, compiled, tmp_pa
 
 
 @pytest.mark.parametrize(
-    "content",
-    ["a,x\n0,2.5\n1,10\n", "a,x\n0,nan\n", "a,x\n0,inf\n", "a,x\n0,11\n", "a,x\n0,\n2,1e1\n"],
-    ids=["values", "nan", "inf", "outside", "empty"],
+    ("content", "compiled"),
+    [
+        ("a,x\n0,2.5\n1,10\n", True),
+        ("a,x\n0,inf\n", True),  # parsed, then refused by the encoder
+        ("a,x\n0,11\n", True),
+        ("a,x\n0,nan\n", False),  # text "nan" is a value that is no number, not an empty cell
+        ("a,x\n0,\n2,1e1\n", False),  # an empty cell of a nullable column
+    ],
+    ids=["values", "inf", "outside", "nan", "empty"],
 )
-def test_numeric_and_nullable_columns_read_alike(content, tmp_path):
+def test_numeric_and_nullable_columns_read_alike(content, compiled, tmp_path):
     path = tmp_path / "table.csv"
     path.write_text(content)
+    assert (text._read_numbers(path, MIXED) is not None) == compiled
     got = outcome(lambda: read_table(path, MIXED))
     assert got == outcome(lambda: jaxdp.domain.parse_table(MIXED, read_columns(path)))
-    if "nan" in content:  # text "nan" is a value that is no number, not an empty cell
+    if "nan" in content:
         assert got[0] == "error" and "NaN, infinite" in got[1]
 
 
@@ -152,3 +163,61 @@ def test_synthesize_takes_and_returns_an_arrow_table():
     np.testing.assert_array_equal(
         result.data.column(data.domain.names[0]).to_numpy(), result.synthetic.codes[:, 0]
     )
+
+
+SECRET = "4815162342"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+@pytest.mark.parametrize("cell", [SECRET, SECRET + ".5", "-" + SECRET, SECRET + "e400"])
+def test_no_cell_reaches_an_error_through_either_reader(cell, suffix, tmp_path):
+    # NumPy's reader quotes the cell it refuses; its error must never surface, chained or not.
+    import gzip
+
+    path = tmp_path / f"table{suffix}"
+    content = f"a,b\n0,1\n{cell},2\n"
+    path.write_bytes(gzip.compress(content.encode()) if suffix.endswith(".gz") else content.encode())
+    with pytest.raises(DataError) as caught:
+        read_csv(path, SIZES)
+    assert SECRET not in str(caught.value)
+    assert caught.value.__context__ is None and caught.value.__cause__ is None
+
+
+def test_a_pipe_is_read_by_the_text_reader_once(tmp_path):
+    import os
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a,b\n0,1\n2,\n")
+    os.close(write_end)
+    with pytest.raises(DataError, match=r"'b': 1 empty cell"):  # not "no header row"
+        read_csv(f"/dev/fd/{read_end}", SIZES)
+    os.close(read_end)
+
+
+def test_a_table_checked_against_another_schema_is_refused_as_a_dataset():
+    table = jaxdp.domain.parse_table(MIXED, {"a": [0, 1], "x": [1.0, None]})
+    with pytest.raises(DataError, match="not checked against this domain's schema"):
+        Dataset.from_table(Domain.from_sizes({"a": 3, "x": 2}), table)
+
+
+def test_duplicate_columns_are_refused_whatever_the_container():
+    pandas = pytest.importorskip("pandas", reason="the pandas extra is not installed")
+    frame = pandas.DataFrame([[0, 1, 2]], columns=["a", "b", "a"])
+    with pytest.raises(DataError, match=r"duplicate columns: \['a'\]"):
+        Dataset.from_columns(SIZES, frame)
+
+
+def test_answers_from_an_arrow_table_come_back_as_one():
+    pyarrow = pytest.importorskip("pyarrow", reason="the arrow extra is not installed")
+    data = jaxdp.datasets.load("adult-reduced")
+    answers = jaxdp.synthesize(
+        pyarrow.table(data.to_columns()),
+        data.domain,
+        mechanism="gaussian",
+        epsilon=1.0,
+        workload="all-1way",
+        key=jax.random.key(0),
+    )
+    assert isinstance(answers.data, pyarrow.Table)
+    assert answers.data.column_names == ["marginal", "cell", "answer"]
+    np.testing.assert_array_equal(answers.data.column("answer").to_numpy(), answers.answers)

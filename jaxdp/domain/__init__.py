@@ -6,7 +6,7 @@
 - `encode`: the one encoder: raw columns in any container checked against a schema into a
   `RawTable`, and a table back into its input's container;
 - `dataset`: `Dataset`, records coded against a `Domain`, built through the encoder;
-- `text`: CSV in and out.
+- `text`: files: CSV in (NumPy's compiled reader for a file of numbers) and out, Parquet in.
 
 Every validation error names the column and how many values are wrong, never a value itself:
 the records are private.
@@ -14,7 +14,16 @@ the records are private.
 
 from jaxdp.domain.coded import Attribute, Categorical, DataError, Domain, Numeric, read_json
 from jaxdp.domain.dataset import Dataset
-from jaxdp.domain.encode import RawTable, empty_cells, is_dataframe, like, parse_table, table_from
+from jaxdp.domain.encode import (
+    RawTable,
+    checked_numeric,
+    empty_cells,
+    is_arrow_table,
+    is_dataframe,
+    like,
+    parse_table,
+    table_from,
+)
 from jaxdp.domain.schema import (
     BINNINGS,
     CategoricalColumn,
@@ -39,7 +48,9 @@ __all__ = [
     "NumericColumn",
     "RawTable",
     "TableSchema",
+    "checked_numeric",
     "empty_cells",
+    "is_arrow_table",
     "is_dataframe",
     "is_table_schema",
     "like",

@@ -84,7 +84,14 @@ class Dataset:
     def from_table(cls, domain: Domain, table: RawTable) -> Dataset:
         """The records of a table parsed against the domain's schema
         (`TableSchema.from_domain(domain)`): codes stacked as int32, numeric values normalised to
-        [0, 1] as float32."""
+        [0, 1] as float32.
+
+        Raises:
+            DataError: the table was checked against another schema (one with empty cells, bins
+                or other columns), whose cells need not be codes and values of this domain.
+        """
+        if table.schema.with_codes() != TableSchema.from_domain(domain).with_codes():
+            raise DataError("the table was not checked against this domain's schema")
         columns = [table.codes[a.name].astype(np.int32, copy=False) for a in domain.categorical]
         codes = np.stack(columns, axis=1) if columns else np.zeros((len(table), 0), np.int32)
         numeric = np.zeros((len(table), len(domain.numeric)), np.float32)

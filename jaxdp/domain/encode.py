@@ -1,11 +1,12 @@
 """The one encoder: raw columns, checked against their schema, become a `RawTable`.
 
-Every table enters here, whatever it came in: a CSV (`jaxdp.domain.text`), a dict of columns, a
-pandas DataFrame or a 2-D NumPy array (`table_from`), or arrays of codes against a coded
-`Domain` (`Dataset.from_codes`). So every refusal of a bad cell is written once, below, and
-names the column and how many cells are wrong, never a value: the records are private.
+Every table enters here, whatever it came in: a CSV or Parquet file (`jaxdp.domain.text`), a dict
+of columns, a pandas DataFrame, a pyarrow Table or a 2-D NumPy array (`table_from`), or arrays of
+codes against a coded `Domain` (`Dataset.from_codes`). So every refusal of a bad cell is written
+once, below, and names the column and how many cells are wrong, never a value: the records are
+private.
 
-The containers: a DataFrame or a dict of columns holds labels where the schema declares them,
+The containers: a DataFrame, a pyarrow Table or a dict of columns holds labels where the schema declares them,
 codes otherwise, numbers in original units, empty cells where nullable; a 2-D array holds the
 schema's columns in order, labels if it is an object/str array, codes for every categorical
 column if it is numeric (NaN for an empty cell). `like` puts a table back in the container its
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxdp.domain.coded import DataError
+from jaxdp.domain.coded import DataError, Numeric
 from jaxdp.domain.schema import CategoricalColumn, NumericColumn, TableSchema
 
 
@@ -138,6 +139,7 @@ def check_unique_columns(names: Sequence[str]) -> None:
 
 
 def _check_column_names(declared: Sequence[str], given: list[str]) -> None:
+    check_unique_columns([str(c) for c in given])
     missing = [n for n in declared if n not in given]
     if missing:
         raise DataError(f"missing columns declared in the domain: {missing}")
@@ -205,6 +207,17 @@ def _values(column: NumericColumn, cells: np.ndarray) -> np.ndarray:
                 "(the column is declared integer)"
             )
     return floats
+
+
+def checked_numeric(attribute: Numeric, values: Sequence[Any] | np.ndarray) -> np.ndarray:
+    """float64 values of a numeric attribute in original units, every one a finite number within
+    its declared bounds (the encoder's check of a numeric column, for callers holding one
+    attribute's values).
+
+    Raises:
+        DataError: naming the column and the number of bad values (never the values).
+    """
+    return _values(NumericColumn(attribute.name, attribute.lower, attribute.upper), _cells(values))
 
 
 def _finite(name: str, cells: np.ndarray) -> np.ndarray:

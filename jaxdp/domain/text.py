@@ -1,5 +1,6 @@
-"""Tables as files: CSV text (and Parquet) read into the one encoder, CSV written back in labels
-and original units.
+"""Tables as files: CSV text and Parquet read into the one encoder, CSV written back in labels and
+original units. A CSV of numbers is parsed by NumPy's compiled reader, anything else by the text
+reader (`read_table`).
 
 Reading checks only the file's shape (a header, as many fields in every row); the cells are
 validated by `jaxdp.domain.encode`. Writing is atomic where it goes to a path: the file appears
@@ -12,6 +13,7 @@ import csv
 import gzip
 import os
 import warnings
+import zlib
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -72,22 +74,28 @@ def _read_parquet(source: str | os.PathLike | TextIO) -> Any:
 
 def _read_numbers(source: str | os.PathLike | TextIO, schema: TableSchema) -> dict[str, np.ndarray] | None:
     """The columns of a CSV file of numbers, parsed by `np.loadtxt` as int32 codes and float64
-    values; None where the text reader must read it: a stream (it cannot be read twice), a
-    labelled column, a header that is not the schema's names, or any cell `np.loadtxt` refuses."""
-    if hasattr(source, "read") or any(getattr(c, "labels", None) for c in schema.columns):
+    values; None where the text reader must read it: a stream or anything but a regular file (it
+    cannot be read twice), a labelled column, a header that is not the schema's names, any cell
+    `np.loadtxt` refuses or warns about, or a "nan" in a numeric column."""
+    if not isinstance(source, str | os.PathLike) or not os.path.isfile(source):
+        return None
+    if any(getattr(c, "labels", None) for c in schema.columns):
         return None
     kinds = {c.name: np.float64 if isinstance(c, NumericColumn) else np.int32 for c in schema.columns}
     try:
         with _open(source) as fh:
             header = [h.strip() for h in next(csv.reader([fh.readline()]), [])]
-            if sorted(header) != sorted(kinds) or len(set(header)) != len(header):
+            if sorted(header) != sorted(kinds):
                 return None
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "input contained no data": the encoder says it
+                # A warning is a refusal (NumPy < 2 truncates "1.5" read as an integer, and only
+                # warns); "input contained no data" is not: the encoder names the empty table.
+                warnings.simplefilter("error")
+                warnings.filterwarnings("ignore", "loadtxt: input contained no data", UserWarning)
                 records = np.loadtxt(
                     fh, delimiter=",", dtype=[(h, kinds[h]) for h in header], ndmin=1, comments=None
                 )
-    except (OSError, UnicodeDecodeError, ValueError, OverflowError):
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error, ValueError, OverflowError, Warning):
         return None  # the text reader reads it again, and names what is wrong
     # One contiguous array per column: the encoder's checks then read each column's own memory
     # instead of striding through every record (10x faster at 10^7 rows of 13 columns). Codes
@@ -124,7 +132,7 @@ def read_columns(source: str | os.PathLike | TextIO) -> dict[str, list[str]]:
         else:
             with _open(source) as fh:
                 rows = _read_rows(fh)
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, csv.Error) as err:
         raise DataError(f"cannot read CSV {str(name)!r}: {type(err).__name__}") from None
     if not rows:
         raise DataError(f"CSV {str(name)!r} has no header row")
