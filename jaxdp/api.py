@@ -23,7 +23,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from jaxdp.binning import DEFAULT_BINNING_SHARE
-from jaxdp.domain import Dataset, Domain, RawTable, is_arrow_table, is_dataframe, like
+from jaxdp.domain import Dataset, Domain, RawTable, columns_like, is_arrow_table, is_dataframe, like
 from jaxdp.execution import FAST_RELEASE_ROWS, execute, progress_reporter
 from jaxdp.inputs import (
     Inputs,
@@ -194,12 +194,8 @@ def synthesize(
 def _like_input(data: Any, result: Result, workload: MarginalWorkload, domain: Domain) -> Any:
     """The release in the container the private table came in (`jaxdp.domain.like`)."""
     if result.answers is not None:
-        if is_dataframe(data):
-            return type(data)(answers_table(workload, domain, result.answers))
-        if is_arrow_table(data):
-            import pyarrow  # the input is a pyarrow Table: it is installed
-
-            return pyarrow.table(answers_table(workload, domain, result.answers))
+        if is_dataframe(data) or is_arrow_table(data):
+            return columns_like(data, answers_table(workload, domain, result.answers))
         return result.answers
     if isinstance(data, Dataset):
         return result.synthetic

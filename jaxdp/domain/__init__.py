@@ -17,6 +17,7 @@ from jaxdp.domain.dataset import Dataset
 from jaxdp.domain.encode import (
     RawTable,
     checked_numeric,
+    columns_like,
     empty_cells,
     is_arrow_table,
     is_dataframe,
@@ -49,6 +50,7 @@ __all__ = [
     "RawTable",
     "TableSchema",
     "checked_numeric",
+    "columns_like",
     "empty_cells",
     "is_arrow_table",
     "is_dataframe",

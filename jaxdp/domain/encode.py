@@ -302,19 +302,25 @@ def table_from(data: Any, schema: TableSchema) -> RawTable:
     return dataclasses.replace(parse_table(schema.with_codes(), columns), schema=schema)
 
 
+def columns_like(data: Any, columns: Mapping[str, Any]) -> Any:
+    """`columns` in the container of columns `data` came in: a DataFrame, a pyarrow Table (None
+    and NaN as nulls), or for a dict of columns the columns themselves."""
+    if is_dataframe(data):
+        return type(data)(columns)
+    if is_arrow_table(data):
+        import pyarrow  # only reached with a pyarrow.Table in hand
+
+        return pyarrow.table({n: pyarrow.array(c, from_pandas=True) for n, c in columns.items()})
+    return columns
+
+
 def like(data: Any, table: RawTable) -> Any:
     """`table` in the container `data` came in."""
     if isinstance(data, RawTable):
         return table
     columns = table.columns()
-    if is_dataframe(data):
-        return type(data)(columns)
-    if is_arrow_table(data):
-        import pyarrow
-
-        return pyarrow.table({n: pyarrow.array(c, from_pandas=True) for n, c in columns.items()})
-    if isinstance(data, Mapping):
-        return columns
+    if is_dataframe(data) or is_arrow_table(data) or isinstance(data, Mapping):
+        return columns_like(data, columns)
     if data.dtype.kind not in "biuf":
         return np.stack([np.asarray(columns[n], dtype=object) for n in table.schema.names], axis=1)
     stacked = [
