@@ -11,9 +11,10 @@ from jaxdp import accounting, audit, datasets, families, keys, measurement, nois
 from jaxdp._version import __version__
 from jaxdp.accounting import BudgetExceededError, Plan
 from jaxdp.api import MechanismSpec, Result, register, synthesize
+from jaxdp.checkpoint import Checkpoint, CheckpointError
 from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_csv, write_csv
 from jaxdp.evaluate import answer_errors, workload_errors
-from jaxdp.keys import secure_root_key
+from jaxdp.keys import key_file, secure_root_key
 from jaxdp.ledger import AuditError, LedgerEntry, rho_spent
 from jaxdp.loop import ManyResult, RunResult, jit_step, release, run, run_many
 from jaxdp.mechanisms import (
@@ -47,6 +48,8 @@ __all__ = [
     "AuditError",
     "BudgetExceededError",
     "Categorical",
+    "Checkpoint",
+    "CheckpointError",
     "DataError",
     "Dataset",
     "Domain",
@@ -75,6 +78,7 @@ __all__ = [
     "gem_pub",
     "independent",
     "jit_step",
+    "key_file",
     "keys",
     "measurement",
     "mwem",

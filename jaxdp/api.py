@@ -23,6 +23,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from jaxdp.binning import DEFAULT_BINNING_SHARE
+from jaxdp.checkpoint import DEFAULT_EVERY
 from jaxdp.domain import Dataset, Domain, RawTable, columns_like, is_arrow_table, is_dataframe, like
 from jaxdp.execution import FAST_RELEASE_ROWS, execute, progress_reporter
 from jaxdp.inputs import (
@@ -32,6 +33,7 @@ from jaxdp.inputs import (
     as_table_schema,
     finish,
     prepare_inputs,
+    run_checkpoint,
     workload_from_spec,
 )
 from jaxdp.keys import require_key
@@ -73,6 +75,7 @@ __all__ = [
     "prepare_inputs",
     "register",
     "release_errors",
+    "run_checkpoint",
     "synthesize",
     "workload_from_spec",
 ]
@@ -98,6 +101,9 @@ def synthesize(
     confidence: float = 0.95,
     mesh: Mesh | None = None,
     binning_share: float = DEFAULT_BINNING_SHARE,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = DEFAULT_EVERY,
+    keep_checkpoint: bool = False,
     **options: Any,
 ) -> Result:
     """Release a differentially private synthetic version of a table.
@@ -133,6 +139,13 @@ def synthesize(
             one up to float summation order: noise is added once, to the summed counts.
         binning_share: the fraction of the budget's rho spent on private quantile bins, when
             the table schema asks for them (`"binning": "quantiles"`).
+        checkpoint: a directory to checkpoint the rounds in (`jaxdp.checkpoint`; created
+            owner-only): every `checkpoint_every` rounds and after the last, the state and the
+            rounds' Info are written atomically. Called again with the same arguments and key
+            after a kill, the run resumes from the checkpoint there and releases exactly what
+            the uninterrupted run releases, spending nothing twice; a checkpoint of any other
+            run is refused (CheckpointError naming what differs). Removed after the release
+            unless `keep_checkpoint`.
         **options: the mechanism factory's own keywords (e.g. batch for gem).
 
     Returns:
@@ -140,7 +153,9 @@ def synthesize(
 
     Raises:
         DataError: the table does not fit the schema (column and count named, never a value).
-        ValueError: bad arguments; BudgetExceededError: the plan exceeds the budget.
+        ValueError: bad arguments; BudgetExceededError: the plan exceeds the budget;
+            CheckpointError: the checkpoint directory holds another run's checkpoint, a corrupt
+            one, or is in use.
 
     Privacy:
         (epsilon, delta)-DP for the stated relation, by the release's plan (private binning, if
@@ -179,16 +194,37 @@ def synthesize(
         mesh=mesh,
         **options,
     )
+    store = None
+    if checkpoint is not None:
+        store = run_checkpoint(
+            checkpoint,
+            every=checkpoint_every,
+            name=mechanism,
+            inputs=inputs,
+            workload=work,
+            epsilon=epsilon,
+            delta=delta,
+        )
     with progress_reporter(progress) as report_progress:
         result = execute(
-            mechanism, mech, key, domain, rows=rows, progress=report_progress, confidence=confidence
+            mechanism,
+            mech,
+            key,
+            domain,
+            rows=rows,
+            progress=report_progress,
+            confidence=confidence,
+            checkpoint=store,
         )
         result = finish(result, inputs, key)
         result = dataclasses.replace(
             result, report={**result.report, "seconds": time.perf_counter() - started}
         )
     work = measured_workload(mech, work)
-    return dataclasses.replace(result, data=_like_input(data, result, work, domain))
+    result = dataclasses.replace(result, data=_like_input(data, result, work, domain))
+    if store is not None and not keep_checkpoint:
+        store.remove()
+    return result
 
 
 def _like_input(data: Any, result: Result, workload: MarginalWorkload, domain: Domain) -> Any:

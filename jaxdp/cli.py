@@ -21,12 +21,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxdp import _compile_cache, api, datasets
+from jaxdp import _compile_cache, api, datasets, keys
 from jaxdp._io import atomic_open
 from jaxdp._version import __version__
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError
 from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.binning import DEFAULT_BINNING_SHARE
+from jaxdp.checkpoint import DEFAULT_EVERY
 from jaxdp.domain import (
     DataError,
     Dataset,
@@ -41,7 +42,6 @@ from jaxdp.domain import (
 )
 from jaxdp.evaluate import best_mixture_error, workload_errors
 from jaxdp.families.compression import Compression
-from jaxdp.keys import secure_root_key
 from jaxdp.noise import NOISES
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Neighboring
@@ -91,6 +91,28 @@ def _build_parser() -> argparse.ArgumentParser:
         type=int,
         help="make the run reproducible bit for bit; without it the key comes from OS entropy. "
         "Anyone who knows the seed can regenerate the noise: do not use one for a real release",
+    )
+    synth.add_argument(
+        "--key-file",
+        help="read the root key from FILE, or create FILE (owner-only) with a fresh secure key if it "
+        "does not exist: a resumable release without a guessable seed. As secret as the data",
+    )
+    synth.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="checkpoint the rounds in DIR (created owner-only) and resume from the checkpoint there: "
+        "the same command after a kill releases exactly what the uninterrupted run would, spending "
+        "nothing twice. Needs --key-file or --seed; DIR is removed after the outputs are written",
+    )
+    synth.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=DEFAULT_EVERY,
+        metavar="N",
+        help=f"rounds between checkpoints (default {DEFAULT_EVERY})",
+    )
+    synth.add_argument(
+        "--keep-checkpoint", action="store_true", help="keep the checkpoint after the outputs are written"
     )
     synth.add_argument(
         "--rows",
@@ -229,6 +251,22 @@ def _compression(value: str | None, mechanism: str, compresses: bool) -> dict[st
         raise CLIError(f"--compress must be 'off' or a threshold in sigmas > 0, got {value!r}") from None
 
 
+def _check_checkpoint_args(args: argparse.Namespace) -> None:
+    if args.seed is not None and args.key_file is not None:
+        raise CLIError("give --seed or --key-file, not both")
+    if args.checkpoint is None:
+        if args.keep_checkpoint or args.checkpoint_every != DEFAULT_EVERY:
+            raise CLIError("--checkpoint-every and --keep-checkpoint need --checkpoint DIR")
+        return
+    if args.checkpoint_every < 1:
+        raise CLIError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
+    if args.seed is None and args.key_file is None:
+        raise CLIError(
+            "--checkpoint needs the run's root key again to resume: give --key-file FILE (created with a "
+            "fresh secure key if absent; keep it as secret as the data) or --seed"
+        )
+
+
 def _synth(args: argparse.Namespace) -> None:
     if args.mechanism not in MECHANISMS:
         raise CLIError(f"unknown mechanism {args.mechanism!r}; choose one of: {', '.join(MECHANISMS)}")
@@ -241,6 +279,7 @@ def _synth(args: argparse.Namespace) -> None:
         raise CLIError(f"--confidence must be in (0, 1), got {args.confidence}")
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise CLIError("--seed must be in [0, 2^32): jax.random.key keeps 32 bits of it")
+    _check_checkpoint_args(args)
     compress = _compression(args.compress, args.mechanism, spec.compresses)
     _check_writable(args.out, args.report, args.errors)
     started = time.perf_counter()
@@ -250,7 +289,10 @@ def _synth(args: argparse.Namespace) -> None:
     relation = api.mechanism_relation(args.mechanism, args.relation)
     raw = _load_input(args.dataset, args.data, args.domain, args.schema)
     public = _load_public(args.public, raw) if args.public is not None else None
-    key = jax.random.key(args.seed) if args.seed is not None else secure_root_key()
+    if args.seed is not None:
+        key = jax.random.key(args.seed)
+    else:
+        key = keys.key_file(args.key_file) if args.key_file is not None else keys.secure_root_key()
     inputs = api.prepare_inputs(
         args.mechanism,
         raw,
@@ -286,6 +328,17 @@ def _synth(args: argparse.Namespace) -> None:
         print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
     if args.noise == "float":
         print("jaxdp: --noise float: float32 noise does not meet the stated delta", file=sys.stderr)
+    checkpoint = None
+    if args.checkpoint is not None:
+        checkpoint = api.run_checkpoint(
+            args.checkpoint,
+            every=args.checkpoint_every,
+            name=args.mechanism,
+            inputs=inputs,
+            workload=workload,
+            epsilon=args.epsilon,
+            delta=args.delta,
+        )
     result = api.execute(
         args.mechanism,
         mech,
@@ -295,6 +348,7 @@ def _synth(args: argparse.Namespace) -> None:
         progress=True,
         started=started,
         confidence=args.confidence,
+        checkpoint=checkpoint,
     )
     result = api.finish(result, inputs, key)
     if workload is None:
@@ -331,6 +385,8 @@ def _synth(args: argparse.Namespace) -> None:
     for path, text in outputs.items():
         with atomic_open(path) as fh:
             fh.write(text)
+    if checkpoint is not None and not args.keep_checkpoint:
+        checkpoint.remove()
     print(
         f"jaxdp: wrote {report['rows']} {report['output']} to {args.out}; "
         f"rho spent {report['rho_spent']:.6g} of {report['rho_budget']:.6g} ({report['relation']})",

@@ -16,6 +16,7 @@ import numpy as np
 from jaxdp import contract, loop
 from jaxdp._background import Compiler
 from jaxdp._jit import fast_compiled
+from jaxdp.checkpoint import Checkpoint
 from jaxdp.domain import Dataset, Domain
 from jaxdp.keys import require_key
 from jaxdp.mechanisms.registry import mechanism_spec
@@ -33,6 +34,7 @@ def execute(
     progress: loop.Progress | bool | None = None,
     started: float | None = None,
     confidence: float = 0.95,
+    checkpoint: Checkpoint | None = None,
 ) -> Result:
     """Run a built mechanism, release its output and write its report (`data` left as a
     `Dataset` or the answer vector; `synthesize` converts it to the input's container).
@@ -43,6 +45,8 @@ def execute(
         started: `time.perf_counter()` at the start of the job (default: now), for `seconds`.
         confidence: of the error bounds, for mechanisms that give them (their report gains
             `error_bounds`).
+        checkpoint: passed to `loop.run`: the rounds are checkpointed, and resumed from the
+            checkpoint already there (the report's `checkpoint` says from which round).
     """
     started = time.perf_counter() if started is None else started
     spec = mechanism_spec(name)
@@ -52,7 +56,13 @@ def execute(
         rows = None
     _release_ahead(mechanism, key, rows)
     # The registry's mechanisms are checked for key reuse by the test suite, not on every release.
-    run = loop.run(mechanism, key, progress=progress if mechanism.rounds > 1 else None, check_keys=False)
+    run = loop.run(
+        mechanism,
+        key,
+        progress=progress if mechanism.rounds > 1 else None,
+        check_keys=False,
+        checkpoint=checkpoint,
+    )
     synthetic = answers = None
     if rows is None and not answers_out and hasattr(mechanism, "default_rows"):
         # Under add-remove the row count is read from the noisy state on the host: inside the
@@ -73,6 +83,8 @@ def execute(
         released, n_rows = synthetic, len(synthetic)
     seconds = time.perf_counter() - started
     report = privacy_report(name, mechanism, run.ledger, n_rows, answers_out, seconds)
+    if checkpoint is not None:
+        report["checkpoint"] = {"every": checkpoint.every, "resumed_from_round": run.resumed_from}
     if spec.compresses:
         report["compression"] = mechanism.compression_report(run.state)
     bounds = None

@@ -17,6 +17,7 @@ from typing import Any
 
 from jaxdp import datasets, preprocess
 from jaxdp.binning import DEFAULT_BINNING_SHARE
+from jaxdp.checkpoint import Checkpoint, digest
 from jaxdp.domain import (
     DataError,
     Dataset,
@@ -89,7 +90,10 @@ def workload_from_spec(spec: str | MarginalWorkload | list, domain: Domain) -> M
             k = int(spec[4:-3])
         except ValueError:
             raise ValueError(f"workload {spec!r}: expected all-Kway, e.g. all-3way") from None
-        return all_kway(domain.sizes, k)
+        try:
+            return all_kway(domain.sizes, k)
+        except DataError as err:
+            raise DataError(f"workload {spec!r}: {err}") from None
     try:
         marginals = json.loads(Path(spec).read_text())
     except (OSError, ValueError) as err:
@@ -205,4 +209,41 @@ def finish(result: Result, inputs: Inputs, key: Key) -> Result:
         data = prepared.coding.decode(result.synthetic, decode_key(require_key(key)))
     return dataclasses.replace(
         result, data=data, report=report, ledger=ledger, plan=plan, coding=prepared.coding
+    )
+
+
+def run_checkpoint(
+    directory: str | os.PathLike,
+    *,
+    every: int,
+    name: str,
+    inputs: Inputs,
+    workload: MarginalWorkload | None,
+    epsilon: float,
+    delta: float,
+) -> Checkpoint:
+    """The checkpoint of a release: `directory`, written every `every` rounds, fingerprinted with
+    what a resumed release must share with the one that wrote it (`loop.run` adds the built
+    mechanism, the key and the rounds). Changing the release's row count or confidence is not
+    refused: they change the release from the same state, not the rounds.
+
+    Privacy:
+        The fingerprint holds a digest of the coded data (and public data): as sensitive as the
+        data against a guess, so the checkpoint is written owner-only (`jaxdp.checkpoint`).
+    """
+    data = [inputs.data.codes, inputs.data.numeric]
+    if inputs.public is not None:
+        data += [inputs.public.codes, inputs.public.numeric]
+    return Checkpoint(
+        directory,
+        every=every,
+        fingerprint={
+            "mechanism": name,
+            "budget": f"epsilon={epsilon!r} delta={delta!r}",
+            "data": digest(*data),
+            "domain": digest(inputs.data.domain.to_json()),
+            "workload": "the mechanism's own"
+            if workload is None
+            else digest([list(c) for c in workload.cliques]),
+        },
     )

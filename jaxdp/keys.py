@@ -9,6 +9,7 @@ The key of every random draw is a pure function of the root key, the round and a
     preprocessing (private binning, before round 0): stream_key(root, Stream.PREPROCESS), the
               root of its own init/round/release keys
     decoding a release (post-processing): stream_key(stream_key(root, Stream.RELEASE), Stream.DECODE)
+    a checkpoint's key fingerprint (no draw):  stream_key(root, Stream.CHECKPOINT)
 
 so adding a draw to one purpose never shifts the others, and an audit can replay every key from
 the root. The root key is as secret as the data: whoever holds it can regenerate the noise.
@@ -17,7 +18,9 @@ the root. The root key is as secret as the data: whoever holds it can regenerate
 from __future__ import annotations
 
 import enum
+import json
 import os
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +40,7 @@ class Stream(enum.IntEnum):
     RELEASE = 0x7E1E
     PREPROCESS = 0x9B1A
     DECODE = 0xDEC0
+    CHECKPOINT = 0xC4EC
 
 
 def is_typed_key(key: object) -> bool:
@@ -103,3 +107,52 @@ def secure_root_key() -> Key:
     impl_shape = jax.random.key_data(jax.random.key(0)).shape
     words = np.frombuffer(os.urandom(4 * int(np.prod(impl_shape))), dtype=np.uint32)
     return jax.random.wrap_key_data(words.reshape(impl_shape))
+
+
+def key_file(path: str | os.PathLike) -> Key:
+    """The root key kept in file `path`, created there from `secure_root_key()` if absent.
+
+    A run that must resume after a kill needs its root key again, and a release's key must not
+    be a guessable seed: the file keeps a secure key between the two. It holds the key itself,
+    so it is as secret as the data: it is created owner-only (mode 0600) and never overwritten.
+
+    Raises:
+        ValueError: the file exists but does not hold a jaxdp root key.
+    """
+    path = os.fspath(path)
+    if os.path.exists(path):
+        return _read_key_file(path)
+    key = secure_root_key()
+    record = {"jaxdp_root_key": str(jax.random.key_impl(key)), "words": _words(key)}
+    # Written whole beside `path`, then linked to it: a crash never leaves a partial key file,
+    # and a file another process created meanwhile is never overwritten (link fails on it).
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".key.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(record, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        return _read_key_file(path)
+    finally:
+        os.unlink(tmp)
+    return key
+
+
+def _words(key: Key) -> list[int]:
+    return [int(w) for w in np.asarray(jax.random.key_data(key)).reshape(-1)]
+
+
+def _read_key_file(path: str) -> Key:
+    try:
+        with open(path) as fh:
+            record = json.load(fh)
+        impl = record["jaxdp_root_key"]
+        template = jax.random.key_data(jax.random.key(0, impl=impl))
+        words = np.asarray(record["words"], np.uint32)
+        if words.size != template.size:
+            raise ValueError("wrong length")
+        return jax.random.wrap_key_data(words.reshape(template.shape), impl=impl)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"key file {path!r} does not hold a jaxdp root key ({type(err).__name__})") from None

@@ -35,6 +35,7 @@ import numpy as np
 from jaxdp import _checks, contract
 from jaxdp._jit import fast_compiled
 from jaxdp.accounting import BudgetExceededError
+from jaxdp.checkpoint import Checkpoint, CheckpointError, Saved
 from jaxdp.contract import realised_plan
 from jaxdp.keys import Stream, require_key, require_keys, round_key, stream_key
 from jaxdp.ledger import LedgerEntry, check_ledger, ledger_from_info
@@ -48,11 +49,13 @@ BATCHINGS = ("loop", "map", "vmap")
 
 class RunResult(NamedTuple):
     """state: final state; info: per-round Info stacked on a leading (rounds,) axis;
-    ledger: one entry per private primitive invoked, checked against the plan."""
+    ledger: one entry per private primitive invoked, checked against the plan; resumed_from:
+    the rounds a checkpoint held when the run resumed from it (None: it started afresh)."""
 
     state: Any
     info: Any
     ledger: list[LedgerEntry]
+    resumed_from: int | None = None
 
 
 def _scan_rounds(mechanism, state, key: Key, first: jax.Array, length: int):
@@ -115,6 +118,7 @@ def run(
     progress: Progress | bool | None = None,
     blocks: int = 10,
     check_keys: bool = True,
+    checkpoint: Checkpoint | None = None,
 ) -> RunResult:
     """Run `rounds` rounds (default: all the mechanism planned) from the root key.
 
@@ -130,6 +134,11 @@ def run(
             while tracing, before anything runs on the data. False leaves JAX's setting as it
             is: `jaxdp.synthesize` does so for the registry's mechanisms, whose key use the
             test suite checks with the same flag on.
+        checkpoint: write the state every `checkpoint.every` rounds and after the last
+            (`jaxdp.checkpoint`), and resume from the checkpoint already there, if any, when its
+            fingerprint matches this run's (mechanism settings and inputs, key, rounds, interval
+            and whatever the caller put in it). A jitted run compiles its rounds in blocks of
+            `every` rounds; `progress` is then reported once per block.
 
     Returns:
         RunResult with the final state, stacked Info and the checked ledger.
@@ -138,22 +147,38 @@ def run(
         ContractError: the mechanism or its Info does not meet the contract.
         KeyReuseError: a key was consumed twice (with `check_keys`).
         BudgetExceededError: more rounds than planned, or a ledger that does not match the plan.
+        CheckpointError: the checkpoint is another run's, corrupt, or in use.
 
     Privacy:
         The ledger is rebuilt from the charges of every round and matched, entry by entry, with
         the mechanism's plan (or the charges its privacy filter decided on); a mismatch raises.
+        A resumed run draws round t's noise from round t's key, as the uninterrupted run would:
+        its ledger, state and release are those of the uninterrupted run, and nothing is spent
+        twice (the rounds before the checkpoint are not run again).
     """
     mechanism = contract.check_mechanism(mechanism)
     key = require_key(key)
     rounds = _rounds(mechanism, rounds)
-    with _key_reuse_checked(check_keys):
-        if contract.jittable(mechanism):
-            state, info = _run_jitted(mechanism, key, rounds, progress, blocks)
-        else:
-            state, info = _run_python(mechanism, key, rounds, progress)
-    return RunResult(
-        state, info, _audited_ledger(mechanism, state, info, complete=rounds == mechanism.rounds)
+    store = (
+        None if checkpoint is None else checkpoint.for_run(mechanism, key).with_parts({"rounds": str(rounds)})
     )
+    with _key_reuse_checked(check_keys), store or contextlib.nullcontext():
+        saved = None if store is None else _resumable(store.load(), store, rounds)
+        if contract.jittable(mechanism):
+            state, info = _run_jitted(mechanism, key, rounds, progress, blocks, store, saved)
+        else:
+            state, info = _run_python(mechanism, key, rounds, progress, store, saved)
+    ledger = _audited_ledger(mechanism, state, info, complete=rounds == mechanism.rounds)
+    return RunResult(state, info, ledger, None if saved is None else saved.rounds_done)
+
+
+def _resumable(saved: Saved | None, store: Checkpoint, rounds: int) -> Saved | None:
+    if saved is None:
+        return None
+    if not 0 < saved.rounds_done <= rounds:
+        raise CheckpointError(f"checkpoint {str(store.path)!r} holds {saved.rounds_done} rounds of {rounds}")
+    logger.info("resuming from checkpoint %s after round %d/%d", store.path, saved.rounds_done, rounds)
+    return saved
 
 
 def _rounds(mechanism, rounds: int | None) -> int:
@@ -186,30 +211,74 @@ def _block_sizes(rounds: int, progress: Progress | bool | None, blocks: int) -> 
     return [size] * (rounds // size) + ([rounds % size] if rounds % size else [])
 
 
-def _run_jitted(mechanism, key, rounds, progress, blocks):
+def _run_jitted(mechanism, key, rounds, progress, blocks, store: Checkpoint | None, saved: Saved | None):
     state = _init_jit(mechanism, key)
     scan = _rounds_program(mechanism, state)
-    infos, done = [], 0
-    for size in _block_sizes(rounds, progress, blocks):
-        state, info = scan(mechanism, state, key, jnp.asarray(done, jnp.int32), size)
-        infos.append(info)
-        done += size
+    if store is None:
+        sizes = _block_sizes(rounds, progress, blocks)
+    else:  # blocks end where checkpoints are written, so that a resumed run compiles the same blocks
+        sizes = [store.every] * (rounds // store.every) + (
+            [rounds % store.every] if rounds % store.every else []
+        )
+    done, info = 0, None
+    if saved is not None:
+        state, info, done = _placed_like(state, saved.state, store), saved.info, saved.rounds_done
+        if done % store.every and done != rounds:
+            raise CheckpointError(
+                f"checkpoint {str(store.path)!r} holds {done} rounds: not where this run writes one"
+            )
+        sizes = sizes[done // store.every :] if done < rounds else []
         _report(progress, done, rounds)
-    info = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *infos)
+    for size in sizes:
+        state, block = scan(mechanism, state, key, jnp.asarray(done, jnp.int32), size)
+        info = block if info is None else jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), info, block)
+        done += size
+        if store is not None:
+            store.save(done, state, info)
+        _report(progress, done, rounds)
     return state, info
 
 
-def _run_python(mechanism, key, rounds, progress):
+def _placed_like(state, saved_state, store: Checkpoint):
+    """The checkpoint's state on the devices (and shardings) of a fresh one, whose structure,
+    shapes and dtypes it must have."""
+    fresh, treedef = jax.tree_util.tree_flatten(state)
+    leaves, saved_treedef = jax.tree_util.tree_flatten(saved_state)
+    if saved_treedef != treedef or any(
+        (np.shape(a), a.dtype) != (b.shape, b.dtype) for a, b in zip(leaves, fresh, strict=True)
+    ):
+        raise CheckpointError(
+            f"checkpoint {str(store.path)!r} holds a state of another structure than this run's"
+        )
+    return jax.tree_util.tree_unflatten(
+        treedef, [jax.device_put(a, b.sharding) for a, b in zip(leaves, fresh, strict=True)]
+    )
+
+
+def _run_python(mechanism, key, rounds, progress, store: Checkpoint | None, saved: Saved | None):
     state = mechanism.init(stream_key(key, Stream.INIT))
-    infos = []
-    for t in range(rounds):
+    infos, start = [], 0
+    if saved is not None:
+        state, start = saved.state, saved.rounds_done
+        infos = [jax.tree_util.tree_map(lambda x, t=t: x[t], saved.info) for t in range(start)]
+        _report(progress, start, rounds)
+    for t in range(start, rounds):
+        if t == start and saved is not None and contract.finished(mechanism, state):
+            break
         state, info = mechanism.step(state, round_key(key, t))
         infos.append(contract.check_info(info))
+        finished = contract.finished(mechanism, state)
+        if store is not None and ((t + 1) % store.every == 0 or t + 1 == rounds or finished):
+            store.save(t + 1, state, _stacked(infos))
         _report(progress, t + 1, rounds)
-        if contract.finished(mechanism, state):
+        if finished:
             break
-    info = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *infos)
-    return state, info
+    return state, _stacked(infos)
+
+
+def _stacked(infos: list) -> Any:
+    """Per-round Info of a Python loop stacked on a leading (rounds,) axis, on the host."""
+    return jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *infos)
 
 
 def _report(progress: Progress | bool | None, done: int, total: int) -> None:

@@ -28,6 +28,7 @@ FLOORS = {
     "jaxdp.samplers": 1,
     "jaxdp.domain": 1,
     "jaxdp.tables": 2,
+    "jaxdp.checkpoint": 2,
     "jaxdp.noise": 2,
     "jaxdp.datasets": 2,
     "jaxdp.queries": 2,

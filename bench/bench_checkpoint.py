@@ -1,0 +1,113 @@
+"""What checkpoints cost (issue #27): a run's seconds with a checkpoint every round, every 10
+rounds (the default) and none, as JSON lines.
+
+- AIM on 6-attribute ADULT (all 3-way marginals, epsilon 1, delta 1e-9; data from ../shared, as
+  `bench_aim.py`): a Python loop whose state (the fitted model and every measurement so far)
+  is written after its rounds;
+- GEM on bundled ADULT (all 286 3-way marginals, epsilon 1, 50 rounds): a compiled scan, which
+  a checkpoint splits into blocks of rounds (one host round trip each).
+
+Each configuration runs once to compile (not counted: a resumed or repeated run compiles the same
+programs) and then `--repeats` times from the same key; the record gives the median run, the
+overhead against the run without checkpoints, the seconds spent writing checkpoints and their
+size. The releases are the same in every configuration (the rounds are).
+
+    python bench/bench_checkpoint.py [--only aim gem] [--repeats 3] [--out F.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import jax
+from _common import Recorder, load_average
+from bench_aim import load_adult
+
+import jaxdp
+from jaxdp import checkpoint, datasets, loop
+from jaxdp.queries import all_kway
+
+INTERVALS = (None, 10, 1)
+
+
+class _TimedSaves:
+    """Times every `Checkpoint.save` while installed."""
+
+    def __init__(self):
+        self.seconds, self.count, self._save = 0.0, 0, checkpoint.Checkpoint.save
+        timed = self
+
+        def save(store, *args):
+            started = time.perf_counter()
+            timed._save(store, *args)
+            timed.seconds += time.perf_counter() - started
+            timed.count += 1
+            timed.bytes = store.path.stat().st_size
+
+        checkpoint.Checkpoint.save = save
+
+    def reset(self) -> None:
+        self.seconds, self.count, self.bytes = 0.0, 0, 0
+
+
+def _mechanism(name: str):
+    if name == "aim":
+        data = load_adult(6)
+        if data is None:
+            return None, None
+        return data, jaxdp.aim(data, all_kway(data.domain.sizes, 3), epsilon=1.0, delta=1e-9)
+    data = datasets.load("adult")
+    return data, jaxdp.gem(data, all_kway(data.domain.sizes, 3), epsilon=1.0, delta=1e-9, rounds=50)
+
+
+def _run(mechanism, key, every: int | None) -> float:
+    with tempfile.TemporaryDirectory() as directory:
+        store = None if every is None else checkpoint.Checkpoint(directory + "/ckpt", every=every)
+        started = time.perf_counter()
+        result = loop.run(mechanism, key, checkpoint=store, check_keys=False)
+        jax.block_until_ready(result.state)
+        return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", default=["aim", "gem"], choices=["aim", "gem"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    recorder, saves, key = Recorder(args.out), _TimedSaves(), jax.random.key(0)
+    for name in args.only:
+        data, mechanism = _mechanism(name)
+        if mechanism is None:
+            continue
+        baseline = None
+        for every in INTERVALS:
+            _run(mechanism, key, every)  # compiles this configuration's programs
+            runs, save_s = [], []
+            for _ in range(args.repeats):
+                saves.reset()
+                runs.append(_run(mechanism, key, every))
+                save_s.append(saves.seconds)
+            median = statistics.median(runs)
+            baseline = median if every is None else baseline
+            recorder.emit(
+                f"checkpoint_{name}",
+                {"records": len(data), "attributes": len(data.domain), "rounds": mechanism.rounds},
+                every=every,
+                run_s=median,
+                runs_s=runs,
+                overhead=None if every is None else median / baseline - 1,
+                save_s=statistics.median(save_s),
+                saves=saves.count,
+                checkpoint_bytes=saves.bytes if every is not None else None,
+                target="overhead <= 0.05 at the default interval (10)",
+                target_met=None if every != 10 else median / baseline - 1 <= 0.05,
+                load_avg=load_average(),
+            )
+
+
+if __name__ == "__main__":
+    main()

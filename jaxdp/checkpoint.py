@@ -1,0 +1,326 @@
+"""Checkpoints of a run between rounds, so that a killed run resumes to the same bytes.
+
+A run's state is a pytree and round t's key is `round_key(root, t)`, so a run resumed from round t
+draws exactly the noise the uninterrupted run would have drawn there: resuming spends nothing
+twice and releases what the uninterrupted run releases (docs/privacy.md, "Checkpoints").
+
+    checkpoint = Checkpoint("run.ckpt", every=10, fingerprint={"data": ..., "budget": ...})
+    jaxdp.loop.run(mechanism, key, checkpoint=checkpoint)
+
+A directory holds one checkpoint, `checkpoint.npz`, replaced atomically (`jaxdp._io`): NumPy's
+zip of arrays, with no pickles (nothing in it runs code when it is read), holding
+- the state after the last completed round, and the rounds' Info so far (the ledger is rebuilt
+  from it): what a run releases or could release, never keys, raw noise or true answers (the
+  mechanism contract keeps those out of State and Info);
+- the rounds done, the jaxdp version and the run's fingerprint: one digest per thing that must
+  match on resume (the settings, the budget, a digest of the data, the key's fingerprint, never
+  the key itself), so that a refusal names what differs;
+- a SHA-256 checksum over all of it.
+
+Privacy: a checkpoint is a function of released noisy measurements, but its data digest and the
+state's synthetic representation make it as sensitive as the release before it is published, and
+the digest as sensitive as the data (a guessed table can be checked against it). Files are
+written owner-only in a directory created owner-only, and a run removes them after its release
+unless asked to keep them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import importlib
+import json
+import os
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp._io import TEMPORARY_SUFFIX, atomic_open
+from jaxdp._version import __version__
+from jaxdp.keys import Stream, stream_key
+from jaxdp.types import Key
+
+FILE = "checkpoint.npz"
+LOCK = "checkpoint.lock"
+FORMAT = 1
+DEFAULT_EVERY = 10
+# NamedTuple types a checkpoint may name: read back by import, so only from these packages.
+_TRUSTED_MODULES = ("jaxdp", "optax", "flax")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: another run's, another version's, corrupt, or in use."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Saved:
+    """A checkpoint read back: the state after `rounds_done` rounds and their Info, stacked on a
+    leading (rounds_done,) axis."""
+
+    rounds_done: int
+    state: Any
+    info: Any
+
+
+def digest(*parts: Any) -> str:
+    """A SHA-256 hex digest of arrays (dtype, shape and bytes), strings, bytes and JSON values."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, np.ndarray | jax.Array):
+            array = np.asarray(part)
+            h.update(f"array {array.dtype.str} {array.shape}|".encode())
+            h.update(array.tobytes())  # C order whatever the layout
+        elif isinstance(part, bytes):
+            h.update(b"bytes %d|" % len(part) + part)
+        else:
+            text = part if isinstance(part, str) else json.dumps(part, sort_keys=True, default=repr)
+            h.update(b"text %d|" % len(text.encode()) + text.encode())
+    return h.hexdigest()
+
+
+def key_fingerprint(key: Key) -> str:
+    """A digest of a key drawn from the root key's own CHECKPOINT stream: equal for equal root
+    keys, and no function of the root key that any draw of the run uses."""
+    return digest(np.asarray(jax.random.key_data(stream_key(key, Stream.CHECKPOINT))))[:32]
+
+
+def mechanism_fingerprint(mechanism) -> dict[str, str]:
+    """The built mechanism's settings (its static fields, which hold its plan) and private inputs
+    (its leaves: true answers or coded records, and any public data), one digest each."""
+    leaves, treedef = jax.tree_util.tree_flatten(mechanism)
+    return {
+        "mechanism_settings": digest(type(mechanism).__qualname__, str(treedef)),
+        "mechanism_inputs": digest(*leaves),
+    }
+
+
+class Checkpoint:
+    """A directory holding one run's checkpoint (module docstring).
+
+    Args:
+        directory: created owner-only if absent.
+        every: write a checkpoint every this many rounds (a jitted run compiles its rounds in
+            blocks of this size), and after the last.
+        fingerprint: what must match on resume, by name (a digest or short text per entry);
+            `jaxdp.loop.run` adds the mechanism's settings and inputs, the key's fingerprint and
+            `every`.
+
+    Raises:
+        ValueError: `every` is not a positive integer.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, every: int = DEFAULT_EVERY, fingerprint=None):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"checkpoint_every must be an integer >= 1, got {every!r}")
+        self.directory = Path(directory)
+        self.every = every
+        self.fingerprint: dict[str, str] = dict(fingerprint or {})
+        self._lock: int | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.directory / FILE
+
+    def with_parts(self, parts: Mapping[str, str]) -> Checkpoint:
+        """This checkpoint with more fingerprint entries (same directory and interval)."""
+        return Checkpoint(self.directory, every=self.every, fingerprint={**self.fingerprint, **parts})
+
+    def for_run(self, mechanism, key: Key) -> Checkpoint:
+        """The fingerprint `loop.run` checks: the caller's, with the mechanism's, the key's and
+        the interval (a different interval compiles different blocks of rounds)."""
+        return self.with_parts(
+            {
+                **mechanism_fingerprint(mechanism),
+                "key": key_fingerprint(key),
+                "checkpoint_every": str(self.every),
+            }
+        )
+
+    # -- the directory's lock ---------------------------------------------------------------------
+
+    def __enter__(self) -> Checkpoint:
+        """Create the directory (owner-only) and hold its lock: two runs never share a checkpoint.
+        The lock is the operating system's (flock), so a killed run never leaves it held."""
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as err:
+            raise CheckpointError(
+                f"cannot create the checkpoint directory {str(self.directory)!r}: {err}"
+            ) from None
+        fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise CheckpointError(
+                f"checkpoint directory {str(self.directory)!r} is in use by another run"
+            ) from None
+        self._lock = fd
+        for stale in self.directory.glob(f".{FILE}.*{TEMPORARY_SUFFIX}"):  # left by a killed write
+            stale.unlink(missing_ok=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # releases the flock
+            self._lock = None
+
+    # -- reading and writing ----------------------------------------------------------------------
+
+    def save(self, rounds_done: int, state: Any, info: Any) -> None:
+        """Write the state after `rounds_done` rounds and their stacked Info, replacing the
+        previous checkpoint atomically (the old one stays whole until the new one is)."""
+        arrays: list[np.ndarray] = []
+        manifest = {
+            "format": FORMAT,
+            "jaxdp_version": __version__,
+            "fingerprint": self.fingerprint,
+            "rounds_done": int(rounds_done),
+            "state": _encode(state, arrays),
+            "info": _encode(info, arrays),
+        }
+        members = {"manifest": np.frombuffer(json.dumps(manifest).encode(), np.uint8)}
+        members.update({f"array{i}": a for i, a in enumerate(arrays)})
+        members["checksum"] = np.frombuffer(_checksum(members).encode(), np.uint8)
+        with atomic_open(self.path, "wb") as fh:
+            np.savez(fh, **members)
+
+    def load(self) -> Saved | None:
+        """The checkpoint in the directory, None if there is none.
+
+        Raises:
+            CheckpointError: it is corrupt or truncated, from another format or jaxdp version, or
+                from a run whose fingerprint differs (each difference named).
+        """
+        if not self.path.exists():
+            return None
+        shown = str(self.path)
+        try:
+            with open(self.path, "rb") as fh, np.load(fh, allow_pickle=False) as npz:
+                members = {name: npz[name] for name in npz.files}
+            checksum = members.pop("checksum").tobytes().decode()
+            if checksum != _checksum(members):
+                raise ValueError("checksum")
+            manifest = json.loads(members["manifest"].tobytes().decode())
+        except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, UnicodeDecodeError):
+            # A cut-off zip loses its directory, at the end; changed bytes fail their CRC or checksum.
+            what = (
+                "corrupt: its bytes changed since it was written"
+                if zipfile.is_zipfile(self.path)
+                else ("truncated, or not a checkpoint")
+            )
+            raise CheckpointError(f"checkpoint {shown!r} is {what}; delete it to start afresh") from None
+        if manifest.get("format") != FORMAT or manifest.get("jaxdp_version") != __version__:
+            raise CheckpointError(
+                f"checkpoint {shown!r} was written by jaxdp {manifest.get('jaxdp_version')} "
+                f"(format {manifest.get('format')}); this is jaxdp {__version__} (format {FORMAT}): "
+                "resume with the version that wrote it, or delete it to start afresh"
+            )
+        differ = _differences(manifest["fingerprint"], self.fingerprint)
+        if differ:
+            raise CheckpointError(
+                f"checkpoint {shown!r} is from another run: its {', '.join(differ)} "
+                f"{'differs' if len(differ) == 1 else 'differ'} from this run's. Resume with the command "
+                "(and key or seed) that wrote it, or delete it to start afresh"
+            )
+        arrays = [members[f"array{i}"] for i in range(len(members) - 1)]
+        try:
+            state, info = _decode(manifest["state"], arrays), _decode(manifest["info"], arrays)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, ImportError) as err:
+            raise CheckpointError(
+                f"checkpoint {shown!r} holds a state this version cannot read: {err}"
+            ) from None
+        return Saved(int(manifest["rounds_done"]), state, info)
+
+    def remove(self) -> None:
+        """Delete the checkpoint, its lock and the directory (if then empty)."""
+        for name in (FILE, LOCK):
+            (self.directory / name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()
+
+
+def _differences(saved: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    names = list(dict.fromkeys([*current, *saved]))
+    return [name.replace("_", " ") for name in names if saved.get(name) != current.get(name)]
+
+
+def _checksum(members: Mapping[str, np.ndarray]) -> str:
+    return digest(*(f"{name}" for name in members), *members.values())
+
+
+# -- the state as JSON and arrays -------------------------------------------------------------------
+# A state is a tree of NamedTuples, tuples, lists, dicts with string keys, None, Python and NumPy
+# scalars and arrays (a Python-loop mechanism's state may change its structure from round to round,
+# so there is no template to read it back into). Types are kept exactly: a NumPy float64 and a
+# Python float round differently against float32 arrays.
+
+
+def _encode(node: Any, arrays: list[np.ndarray]) -> Any:
+    if node is None or isinstance(node, bool | str):
+        return node
+    if isinstance(node, int | float) and not isinstance(node, np.generic):
+        return {"int": node} if isinstance(node, int) else {"float": node}
+    if isinstance(node, np.ndarray | np.generic | jax.Array):
+        dtype = getattr(node, "dtype", None)
+        if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            raise TypeError("a state or Info holds a PRNG key: keys are never stored in a checkpoint")
+        array = np.asarray(node)
+        kind = "jax" if isinstance(node, jax.Array) else "scalar" if isinstance(node, np.generic) else "numpy"
+        arrays.append(np.ascontiguousarray(array.reshape(-1)).view(np.uint8))
+        return {kind: len(arrays) - 1, "dtype": array.dtype.name, "shape": list(array.shape)}
+    if isinstance(node, tuple) and hasattr(node, "_fields"):
+        cls = type(node)
+        return {
+            "namedtuple": f"{cls.__module__}:{cls.__qualname__}",
+            "fields": [_encode(x, arrays) for x in node],
+        }
+    if isinstance(node, tuple | list):
+        return {type(node).__name__: [_encode(x, arrays) for x in node]}
+    if isinstance(node, dict) and all(isinstance(k, str) for k in node):
+        return {"dict": [[k, _encode(v, arrays)] for k, v in node.items()]}
+    raise TypeError(f"cannot checkpoint a state holding a {type(node).__module__}.{type(node).__qualname__}")
+
+
+def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
+    if node is None or isinstance(node, bool | str):
+        return node
+    (kind, value), *rest = node.items()
+    if kind == "int":
+        return int(value)
+    if kind == "float":
+        return float(value)
+    if kind in ("jax", "numpy", "scalar"):
+        extra = dict(rest)
+        array = arrays[value].view(jnp.dtype(extra["dtype"])).reshape(extra["shape"])
+        if kind == "scalar":
+            return array[()]
+        return jnp.asarray(array) if kind == "jax" else array.copy()
+    if kind == "namedtuple":
+        return _namedtuple(value)(*(_decode(x, arrays) for x in dict(rest)["fields"]))
+    if kind in ("tuple", "list"):
+        items = [_decode(x, arrays) for x in value]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        return {k: _decode(v, arrays) for k, v in value}
+    raise ValueError(f"unknown node {kind!r}")
+
+
+def _namedtuple(name: str) -> type:
+    """The NamedTuple class `module:qualname`, imported only from the trusted packages."""
+    module, _, qualname = name.partition(":")
+    if module.split(".")[0] not in _TRUSTED_MODULES:
+        raise ValueError(f"untrusted type {name!r}")
+    cls: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        raise ValueError(f"{name!r} is not a NamedTuple")
+    return cls
