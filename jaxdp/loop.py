@@ -240,8 +240,9 @@ def _run_jitted(mechanism, key, rounds, progress, blocks, store: Checkpoint | No
 
 
 def _placed_like(state, saved_state, store: Checkpoint):
-    """The checkpoint's state on the devices (and shardings) of a fresh one, whose structure,
-    shapes and dtypes it must have."""
+    """The checkpoint's state placed as a fresh one is (its sharding, or left uncommitted where
+    the fresh leaf is, so that it may meet the mechanism's leaves on their devices), with the
+    fresh one's structure, shapes and dtypes."""
     fresh, treedef = jax.tree_util.tree_flatten(state)
     leaves, saved_treedef = jax.tree_util.tree_flatten(saved_state)
     if saved_treedef != treedef or any(
@@ -251,7 +252,8 @@ def _placed_like(state, saved_state, store: Checkpoint):
             f"checkpoint {str(store.path)!r} holds a state of another structure than this run's"
         )
     return jax.tree_util.tree_unflatten(
-        treedef, [jax.device_put(a, b.sharding) for a, b in zip(leaves, fresh, strict=True)]
+        treedef,
+        [jax.device_put(a, b.sharding if b.committed else None) for a, b in zip(leaves, fresh, strict=True)],
     )
 
 

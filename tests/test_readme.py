@@ -1,6 +1,11 @@
 """The README's Python example runs as written."""
 
+import json
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -43,3 +48,35 @@ def test_compose_example_fits_in_25_lines_and_runs_as_written(capsys):
     for line in lines:  # every seed spent its whole plan, audited, and reports an error
         spent, budget = re.search(r"rho spent ([0-9.]+) of ([0-9.]+)", line).groups()
         assert spent == budget and 0 < float(re.search(r"max error ([0-9.]+)", line).group(1)) < 1
+
+
+def test_the_killed_and_resumed_example_releases_what_an_uninterrupted_run_does(tmp_path):
+    """The "Long runs" example as written: its first command killed (SIGKILL) once its first
+    checkpoint is written, its second run as is, against the same command run whole elsewhere."""
+    text = README.read_text()
+    section = text[text.index("### Long runs: checkpoint and resume") :]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    first, second = [shlex.split(line) for line in block.splitlines() if line.startswith("python -m jaxdp")]
+    assert first == second and "--checkpoint" in first and "--key-file" in first
+    args = first[3:]  # after "python -m jaxdp"
+    env = {k: v for k, v in os.environ.items() if k != "JAXDP_NO_COMPILE_CACHE"}
+    env["JAXDP_CACHE_DIR"] = str(tmp_path / "cache")
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    for run in (whole, killed):
+        run.mkdir()
+    kill = [sys.executable, str(README.parent / "tests" / "_kill_at.py"), "after-save", "1", "--", *args]
+    proc = subprocess.run(kill, cwd=killed, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    (whole / "run.key").write_bytes((killed / "run.key").read_bytes())  # the same key, as the example needs
+    errors = {}
+    for run in (killed, whole):
+        proc = subprocess.run(
+            [sys.executable, *first[1:]], cwd=run, env=env, capture_output=True, text=True, check=False
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        errors[run] = proc.stderr
+    assert "resuming from checkpoint run.ckpt/checkpoint.npz after round 10/" in errors[killed]
+    assert "resuming" not in errors[whole]
+    assert (killed / "s.csv").read_bytes() == (whole / "s.csv").read_bytes()
+    resumed = json.loads((killed / "r.json").read_text())["checkpoint"]
+    assert resumed["resumed_from_round"] == 10 and not (killed / "run.ckpt").exists()

@@ -219,3 +219,39 @@ def test_aim_counts_over_the_mesh_and_releases_what_one_device_releases(name, mo
         np.testing.assert_array_equal(a.noisy, b.noisy)
     released = [jaxdp.release(m, r.state, key) for m, r in ((one, one_run), (eight, eight_run))]
     np.testing.assert_array_equal(*map(np.asarray, released))
+
+
+class _Stopped(Exception):
+    pass
+
+
+@pytest.mark.parametrize("name", ["mwem", "gem", "aim", "aim-gem"])
+def test_a_run_over_the_mesh_resumes_from_its_checkpoint_to_the_same_bytes(name, tmp_path, monkeypatch):
+    """A checkpointed run with its records (and GEM's batch) split over 8 devices, stopped after
+    its first checkpoint and resumed, ends in the uninterrupted run's state, Info and release."""
+    data = tiny_dataset(n=403)
+    mesh = records_mesh()
+    mechanism = _aim_family(name, data, mesh) if name.startswith("aim") else _mechanism(name, data, mesh)
+    key = jax.random.key(3)
+    whole = jaxdp.run(mechanism, key, checkpoint=jaxdp.Checkpoint(tmp_path / "whole", every=1))
+    save = jaxdp.Checkpoint.save
+
+    def save_then_stop(self, *args):
+        save(self, *args)
+        raise _Stopped
+
+    with monkeypatch.context() as patched:
+        patched.setattr(jaxdp.Checkpoint, "save", save_then_stop)
+        with pytest.raises(_Stopped):
+            jaxdp.run(mechanism, key, checkpoint=jaxdp.Checkpoint(tmp_path / "run", every=1))
+    resumed = jaxdp.run(mechanism, key, checkpoint=jaxdp.Checkpoint(tmp_path / "run", every=1))
+    assert resumed.resumed_from == 1
+    for a, b in zip(
+        jax.tree.leaves((resumed.state, resumed.info)),
+        jax.tree.leaves((whole.state, whole.info)),
+        strict=True,
+    ):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    released = [jaxdp.release(mechanism, r.state, key) for r in (resumed, whole)]
+    for a, b in zip(jax.tree.leaves(released[0]), jax.tree.leaves(released[1]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
