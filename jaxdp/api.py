@@ -166,6 +166,8 @@ def synthesize(
     key = require_key(key)
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
         raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
+    if checkpoint is None and (keep_checkpoint or checkpoint_every != DEFAULT_EVERY):
+        raise ValueError("checkpoint_every and keep_checkpoint need checkpoint=DIR")
     relation = mechanism_relation(mechanism, relation)
     inputs = prepare_inputs(
         mechanism,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import importlib
 import json
@@ -46,6 +45,11 @@ from jaxdp._io import TEMPORARY_SUFFIX, atomic_open
 from jaxdp._version import __version__
 from jaxdp.keys import Stream, stream_key
 from jaxdp.types import Key
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; one run per directory is then the user's to keep
+    fcntl = None
 
 FILE = "checkpoint.npz"
 LOCK = "checkpoint.lock"
@@ -156,7 +160,8 @@ class Checkpoint:
             ) from None
         fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise CheckpointError(

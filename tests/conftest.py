@@ -121,3 +121,23 @@ class CallCounter:
     def lower(self, *args, **kwargs):
         self.lowerings += 1
         return self._jitted.lower(*args, **kwargs)
+
+
+class StoppedAfterSaves(Exception):
+    """Raised by `stop_after_saves`: the run stopped, as a killed one would, after a checkpoint."""
+
+
+def stop_after_saves(monkeypatch, saves: int) -> None:
+    """Make `jaxdp.Checkpoint.save` raise StoppedAfterSaves once it has written `saves`
+    checkpoints (use inside `monkeypatch.context()` to undo it before the resumed run)."""
+    from jaxdp.checkpoint import Checkpoint
+
+    save, written = Checkpoint.save, []
+
+    def save_then_stop(self, *args):
+        save(self, *args)
+        written.append(1)
+        if len(written) == saves:
+            raise StoppedAfterSaves
+
+    monkeypatch.setattr(Checkpoint, "save", save_then_stop)

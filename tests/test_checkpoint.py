@@ -22,6 +22,7 @@ from jaxdp import _io, checkpoint, cli, loop
 from jaxdp.checkpoint import Checkpoint, CheckpointError
 from jaxdp.domain import Dataset, Domain
 from jaxdp.queries import all_kway
+from tests.conftest import StoppedAfterSaves, stop_after_saves
 
 
 class Node(NamedTuple):
@@ -187,23 +188,6 @@ def _last_data_bytes(path) -> list[int]:
 # -- resuming a run -----------------------------------------------------------------------------------
 
 
-class _Killed(Exception):
-    pass
-
-
-def _dies_after(saves: int, monkeypatch) -> None:
-    """Checkpoint.save raises once it has written `saves` checkpoints (the run stops there)."""
-    save, done = Checkpoint.save, []
-
-    def save_then_stop(self, *args):
-        save(self, *args)
-        done.append(1)
-        if len(done) == saves:
-            raise _Killed
-
-    monkeypatch.setattr(Checkpoint, "save", save_then_stop)
-
-
 @pytest.mark.parametrize("name,rounds", [("mwem", 7), ("pep", 5), ("rap-softmax", 4), ("aim", 10)])
 def test_loop_run_resumes_to_the_uninterrupted_runs_state_info_and_ledger(
     data, tmp_path, monkeypatch, name, rounds
@@ -212,8 +196,8 @@ def test_loop_run_resumes_to_the_uninterrupted_runs_state_info_and_ledger(
     key = jax.random.key(4)
     whole = loop.run(mechanism, key, checkpoint=Checkpoint(tmp_path / "whole", every=2))
     with monkeypatch.context() as patched:
-        _dies_after(2, patched)
-        with pytest.raises(_Killed):
+        stop_after_saves(2, patched)
+        with pytest.raises(StoppedAfterSaves):
             loop.run(mechanism, key, checkpoint=Checkpoint(tmp_path / "killed", every=2))
     resumed = loop.run(mechanism, key, checkpoint=Checkpoint(tmp_path / "killed", every=2))
     assert resumed.resumed_from == 4 and whole.resumed_from is None
@@ -250,8 +234,8 @@ def test_synthesize_resumes_reports_it_and_removes_the_checkpoint(data, tmp_path
     assert not (tmp_path / "whole").exists()
     assert whole.report["checkpoint"] == {"every": 2, "resumed_from_round": None}
     with monkeypatch.context() as patched:
-        _dies_after(1, patched)
-        with pytest.raises(_Killed):
+        stop_after_saves(1, patched)
+        with pytest.raises(StoppedAfterSaves):
             release(checkpoint=tmp_path / "run", checkpoint_every=2)
     kept = release(checkpoint=tmp_path / "run", checkpoint_every=2, keep_checkpoint=True)
     assert kept.report["checkpoint"] == {"every": 2, "resumed_from_round": 2}

@@ -4,10 +4,12 @@ import jax
 import numpy as np
 import pytest
 
-from jaxdp import audit, contract, loop
+from jaxdp import audit, checkpoint, contract, loop
 from jaxdp.api import noise_name
+from jaxdp.checkpoint import Checkpoint
 from jaxdp.keys import Stream, round_key, stream_key
 from jaxdp.types import Sensitive
+from tests.conftest import StoppedAfterSaves, stop_after_saves
 
 from .conftest import tiny_dataset
 
@@ -162,3 +164,35 @@ def test_state_and_info_hold_no_key_and_no_private_value(build):
             assert not (x.shape == private.shape and np.array_equal(x, private)), (
                 "a private array is in state"
             )
+
+
+def test_a_stopped_run_resumes_to_the_same_bytes_from_a_checkpoint_with_no_key_or_private_value(
+    build, tmp_path, monkeypatch
+):
+    """Stopped after its first checkpoint and resumed, a run ends in the uninterrupted run's state,
+    Info and ledger. The checkpoint file (raw arrays, uncompressed) contains neither the root key's
+    words nor any private array's bytes; the control writes a private array into a state and finds
+    it."""
+    mech = build()
+    root = jax.random.wrap_key_data(np.array([0x9E3779B9, 0x7F4A7C15], np.uint32))
+    whole = loop.run(mech, root, checkpoint=Checkpoint(tmp_path / "run", every=1))
+    content = (tmp_path / "run" / checkpoint.FILE).read_bytes()
+    assert np.asarray(jax.random.key_data(root)).tobytes() not in content
+    private = [p for p in _private_arrays(mech) if p.nbytes >= 16]
+    assert private
+    for value in private:
+        assert value.tobytes() not in content, "a private array is in the checkpoint"
+    with Checkpoint(tmp_path / "control") as control:
+        control.save(1, (private[0],), ())
+    assert private[0].tobytes() in (tmp_path / "control" / checkpoint.FILE).read_bytes()
+
+    if mech.rounds < 2:
+        return
+    with monkeypatch.context() as patched:
+        stop_after_saves(patched, 1)
+        with pytest.raises(StoppedAfterSaves):
+            loop.run(mech, root, checkpoint=Checkpoint(tmp_path / "stopped", every=1))
+    resumed = loop.run(mech, root, checkpoint=Checkpoint(tmp_path / "stopped", every=1))
+    assert resumed.resumed_from == 1
+    assert _leaves_equal((resumed.state, resumed.info), (whole.state, whole.info))
+    assert resumed.ledger == whole.ledger

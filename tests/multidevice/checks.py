@@ -18,6 +18,7 @@ from jaxdp.queries import (
 )
 from jaxdp.queries.workload import MarginalWorkload
 from jaxdp.types import Sensitive
+from tests.conftest import StoppedAfterSaves, stop_after_saves
 from tests.mechanisms.conftest import tiny_dataset
 
 SIZES = (3, 4, 2, 5)
@@ -221,10 +222,6 @@ def test_aim_counts_over_the_mesh_and_releases_what_one_device_releases(name, mo
     np.testing.assert_array_equal(*map(np.asarray, released))
 
 
-class _Stopped(Exception):
-    pass
-
-
 @pytest.mark.parametrize("name", ["mwem", "gem", "aim", "aim-gem"])
 def test_a_run_over_the_mesh_resumes_from_its_checkpoint_to_the_same_bytes(name, tmp_path, monkeypatch):
     """A checkpointed run with its records (and GEM's batch) split over 8 devices, stopped after
@@ -234,15 +231,9 @@ def test_a_run_over_the_mesh_resumes_from_its_checkpoint_to_the_same_bytes(name,
     mechanism = _aim_family(name, data, mesh) if name.startswith("aim") else _mechanism(name, data, mesh)
     key = jax.random.key(3)
     whole = jaxdp.run(mechanism, key, checkpoint=jaxdp.Checkpoint(tmp_path / "whole", every=1))
-    save = jaxdp.Checkpoint.save
-
-    def save_then_stop(self, *args):
-        save(self, *args)
-        raise _Stopped
-
     with monkeypatch.context() as patched:
-        patched.setattr(jaxdp.Checkpoint, "save", save_then_stop)
-        with pytest.raises(_Stopped):
+        stop_after_saves(patched, 1)
+        with pytest.raises(StoppedAfterSaves):
             jaxdp.run(mechanism, key, checkpoint=jaxdp.Checkpoint(tmp_path / "run", every=1))
     resumed = jaxdp.run(mechanism, key, checkpoint=jaxdp.Checkpoint(tmp_path / "run", every=1))
     assert resumed.resumed_from == 1
