@@ -15,7 +15,11 @@ against the median run without checkpoints (noisy on a shared machine: the runs'
 direct cost, measured inside the run), the checkpoints written and their size. The rounds, and
 so the releases, are the same in every configuration.
 
-    python bench/bench_checkpoint.py [--only aim gem] [--repeats 3] [--out F.jsonl]
+`--only formats` compares the file format with orbax-checkpoint (installed with flax), side by
+side in one process on GEM's state after its rounds: seconds to write (until the file is complete:
+orbax's save returns earlier and finishes on a thread) and to read back, and bytes on disk.
+
+    python bench/bench_checkpoint.py [--only aim gem formats] [--repeats 3] [--out F.jsonl]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import jax
 from _common import Recorder, load_average
@@ -77,14 +82,62 @@ def _run(mechanism, key, every: int | None) -> float:
         return time.perf_counter() - started
 
 
+def _formats(recorder: Recorder, key, repeats: int) -> None:
+    import orbax.checkpoint as ocp
+
+    _, mechanism = _mechanism("gem")
+    state = jax.block_until_ready(loop.run(mechanism, key, check_keys=False).state)
+    nbytes = sum(x.nbytes for x in jax.tree.leaves(state))
+    with tempfile.TemporaryDirectory() as directory:
+        ours = checkpoint.Checkpoint(f"{directory}/ours")
+        orbax = ocp.StandardCheckpointer()
+        template = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+        timings: dict[str, list[float]] = {
+            "ours_save": [],
+            "ours_load": [],
+            "orbax_save": [],
+            "orbax_load": [],
+        }
+        with ours:
+            for i in range(repeats + 1):  # the first of each is a warm-up
+                started = time.perf_counter()
+                ours.save(mechanism.rounds, state, ())
+                timings["ours_save"].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                ours.load()
+                timings["ours_load"].append(time.perf_counter() - started)
+                path = f"{directory}/orbax{i}"
+                started = time.perf_counter()
+                orbax.save(path, state)
+                orbax.wait_until_finished()
+                timings["orbax_save"].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                orbax.restore(path, template)
+                timings["orbax_load"].append(time.perf_counter() - started)
+        on_disk = {
+            "ours": ours.path.stat().st_size,
+            "orbax": sum(f.stat().st_size for f in Path(f"{directory}/orbax0").rglob("*") if f.is_file()),
+        }
+    recorder.emit(
+        "checkpoint_format",
+        {"state": "gem adult after 50 rounds", "state_bytes": nbytes, "leaves": len(jax.tree.leaves(state))},
+        **{f"{k}_s": statistics.median(v[1:]) for k, v in timings.items()},
+        bytes_on_disk=on_disk,
+        orbax_version=ocp.__version__,
+        load_avg=load_average(),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", default=["aim", "gem"], choices=["aim", "gem"])
+    parser.add_argument("--only", nargs="+", default=["aim", "gem"], choices=["aim", "gem", "formats"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out")
     args = parser.parse_args()
     recorder, saves, key = Recorder(args.out), _TimedSaves(), jax.random.key(0)
-    for name in args.only:
+    if "formats" in args.only:
+        _formats(recorder, key, args.repeats)
+    for name in (n for n in args.only if n != "formats"):
         data, mechanism = _mechanism(name)
         if mechanism is None:
             continue
