@@ -113,8 +113,8 @@ class Checkpoint:
         every: write a checkpoint every this many rounds (a jitted run compiles its rounds in
             blocks of this size), and after the last.
         fingerprint: what must match on resume, by name (a digest or short text per entry);
-            `jaxdp.loop.run` adds the mechanism's settings and inputs, the key's fingerprint and
-            `every`.
+            `jaxdp.loop.run` adds the mechanism's settings and inputs, the key's fingerprint, the
+            rounds and `every`.
 
     Raises:
         ValueError: `every` is not a positive integer.
@@ -136,13 +136,14 @@ class Checkpoint:
         """This checkpoint with more fingerprint entries (same directory and interval)."""
         return Checkpoint(self.directory, every=self.every, fingerprint={**self.fingerprint, **parts})
 
-    def for_run(self, mechanism, key: Key) -> Checkpoint:
-        """The fingerprint `loop.run` checks: the caller's, with the mechanism's, the key's and
-        the interval (a different interval compiles different blocks of rounds)."""
+    def for_run(self, mechanism, key: Key, rounds: int) -> Checkpoint:
+        """The fingerprint `loop.run` checks: the caller's, with the mechanism's, the key's, the
+        rounds and the interval (a different interval compiles different blocks of rounds)."""
         return self.with_parts(
             {
                 **mechanism_fingerprint(mechanism),
                 "key": key_fingerprint(key),
+                "rounds": str(rounds),
                 "checkpoint_every": str(self.every),
             }
         )

@@ -159,9 +159,7 @@ def run(
     mechanism = contract.check_mechanism(mechanism)
     key = require_key(key)
     rounds = _rounds(mechanism, rounds)
-    store = (
-        None if checkpoint is None else checkpoint.for_run(mechanism, key).with_parts({"rounds": str(rounds)})
-    )
+    store = None if checkpoint is None else checkpoint.for_run(mechanism, key, rounds)
     with _key_reuse_checked(check_keys), store or contextlib.nullcontext():
         saved = None if store is None else _resumable(store.load(), store, rounds)
         if contract.jittable(mechanism):
@@ -264,9 +262,9 @@ def _run_python(mechanism, key, rounds, progress, store: Checkpoint | None, save
         state, start = saved.state, saved.rounds_done
         infos = [jax.tree_util.tree_map(lambda x, t=t: x[t], saved.info) for t in range(start)]
         _report(progress, start, rounds)
+        if contract.finished(mechanism, state):  # the filter had ended the run: nothing is left
+            start = rounds
     for t in range(start, rounds):
-        if t == start and saved is not None and contract.finished(mechanism, state):
-            break
         state, info = mechanism.step(state, round_key(key, t))
         infos.append(contract.check_info(info))
         finished = contract.finished(mechanism, state)

@@ -196,7 +196,7 @@ def test_loop_run_resumes_to_the_uninterrupted_runs_state_info_and_ledger(
     key = jax.random.key(4)
     whole = loop.run(mechanism, key, checkpoint=Checkpoint(tmp_path / "whole", every=2))
     with monkeypatch.context() as patched:
-        stop_after_saves(2, patched)
+        stop_after_saves(patched, 2)
         with pytest.raises(StoppedAfterSaves):
             loop.run(mechanism, key, checkpoint=Checkpoint(tmp_path / "killed", every=2))
     resumed = loop.run(mechanism, key, checkpoint=Checkpoint(tmp_path / "killed", every=2))
@@ -234,7 +234,7 @@ def test_synthesize_resumes_reports_it_and_removes_the_checkpoint(data, tmp_path
     assert not (tmp_path / "whole").exists()
     assert whole.report["checkpoint"] == {"every": 2, "resumed_from_round": None}
     with monkeypatch.context() as patched:
-        stop_after_saves(1, patched)
+        stop_after_saves(patched, 1)
         with pytest.raises(StoppedAfterSaves):
             release(checkpoint=tmp_path / "run", checkpoint_every=2)
     kept = release(checkpoint=tmp_path / "run", checkpoint_every=2, keep_checkpoint=True)
