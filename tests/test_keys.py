@@ -49,3 +49,26 @@ def test_secure_root_key_is_typed_and_fresh():
     assert not np.array_equal(jax.random.key_data(a), jax.random.key_data(b))
     # it works as any other root key
     require_key(stream_key(a, Stream.INIT))
+
+
+def test_a_key_file_is_created_owner_only_read_back_and_never_overwritten(tmp_path):
+    import os
+    import stat
+
+    from jaxdp.keys import key_file
+
+    path = tmp_path / "run.key"
+    first = key_file(path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    content = path.read_bytes()
+    again = key_file(path)
+    assert path.read_bytes() == content
+    np.testing.assert_array_equal(jax.random.key_data(first), jax.random.key_data(again))
+    assert not np.array_equal(
+        jax.random.key_data(first), jax.random.key_data(key_file(tmp_path / "other.key"))
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.key", "run.key"]  # no temporary file left
+    path.write_text('{"jaxdp_root_key": "threefry2x32", "words": [1, 2, 3]}')
+    with pytest.raises(ValueError, match=r"key file .*run\.key' does not hold a jaxdp root key") as refused:
+        key_file(path)
+    assert "1, 2, 3" not in str(refused.value)

@@ -23,6 +23,7 @@ def test_there_are_notebooks():
         "01_quickstart.ipynb",
         "02_functional_core.ipynb",
         "03_accelerators.ipynb",
+        "04_epsilon_sweep.ipynb",
     ]
 
 
