@@ -23,7 +23,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from jaxdp.binning import DEFAULT_BINNING_SHARE
-from jaxdp.checkpoint import DEFAULT_EVERY
+from jaxdp.checkpoint import DEFAULT_EVERY, Checkpoint
 from jaxdp.domain import Dataset, Domain, RawTable, columns_like, is_arrow_table, is_dataframe, like
 from jaxdp.execution import FAST_RELEASE_ROWS, execute, progress_reporter
 from jaxdp.inputs import (
@@ -33,7 +33,7 @@ from jaxdp.inputs import (
     as_table_schema,
     finish,
     prepare_inputs,
-    run_checkpoint,
+    release_fingerprint,
     workload_from_spec,
 )
 from jaxdp.keys import require_key
@@ -75,7 +75,7 @@ __all__ = [
     "prepare_inputs",
     "register",
     "release_errors",
-    "run_checkpoint",
+    "release_fingerprint",
     "synthesize",
     "workload_from_spec",
 ]
@@ -102,7 +102,7 @@ def synthesize(
     mesh: Mesh | None = None,
     binning_share: float = DEFAULT_BINNING_SHARE,
     checkpoint: str | os.PathLike | None = None,
-    checkpoint_every: int = DEFAULT_EVERY,
+    checkpoint_every: int | None = None,
     keep_checkpoint: bool = False,
     **options: Any,
 ) -> Result:
@@ -140,7 +140,7 @@ def synthesize(
         binning_share: the fraction of the budget's rho spent on private quantile bins, when
             the table schema asks for them (`"binning": "quantiles"`).
         checkpoint: a directory to checkpoint the rounds in (`jaxdp.checkpoint`; created
-            owner-only): every `checkpoint_every` rounds and after the last, the state and the
+            owner-only): every `checkpoint_every` rounds (default 10) and after the last, the state and the
             rounds' Info are written atomically. Called again with the same arguments and key
             after a kill, the run resumes from the checkpoint there and releases exactly what
             the uninterrupted run releases, spending nothing twice; a checkpoint of any other
@@ -166,7 +166,7 @@ def synthesize(
     key = require_key(key)
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
         raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
-    if checkpoint is None and (keep_checkpoint or checkpoint_every != DEFAULT_EVERY):
+    if checkpoint is None and (keep_checkpoint or checkpoint_every is not None):
         raise ValueError("checkpoint_every and keep_checkpoint need checkpoint=DIR")
     relation = mechanism_relation(mechanism, relation)
     inputs = prepare_inputs(
@@ -198,15 +198,18 @@ def synthesize(
     )
     store = None
     if checkpoint is not None:
-        store = run_checkpoint(
-            checkpoint,
-            every=checkpoint_every,
+        fingerprint = release_fingerprint(
             name=mechanism,
             inputs=inputs,
             workload=work,
             epsilon=epsilon,
             delta=delta,
+            relation=relation,
+            conversion=conversion,
+            noise=options.get("noise", "discrete"),
         )
+        every = DEFAULT_EVERY if checkpoint_every is None else checkpoint_every
+        store = Checkpoint(checkpoint, every=every, fingerprint=fingerprint)
     with progress_reporter(progress) as report_progress:
         result = execute(
             mechanism,

@@ -20,8 +20,8 @@ zip of arrays, with no pickles (nothing in it runs code when it is read), holdin
 Privacy: a checkpoint is a function of released noisy measurements, but its data digest and the
 state's synthetic representation make it as sensitive as the release before it is published, and
 the digest as sensitive as the data (a guessed table can be checked against it). Files are
-written owner-only in a directory created owner-only, and a run removes them after its release
-unless asked to keep them.
+written owner-only in a directory created owner-only; `synthesize` and the command line remove
+them after the release unless asked to keep them.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def digest(*parts: Any) -> str:
         if isinstance(part, np.ndarray | jax.Array):
             array = np.asarray(part)
             h.update(f"array {array.dtype.str} {array.shape}|".encode())
-            h.update(array.tobytes())  # C order whatever the layout
+            h.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # C order, no copy
         elif isinstance(part, bytes):
             h.update(b"bytes %d|" % len(part) + part)
         else:
@@ -114,7 +114,7 @@ class Checkpoint:
             blocks of this size), and after the last.
         fingerprint: what must match on resume, by name (a digest or short text per entry);
             `jaxdp.loop.run` adds the mechanism's settings and inputs, the key's fingerprint, the
-            rounds and `every`.
+            rounds, `every` and the JAX version and backend.
 
     Raises:
         ValueError: `every` is not a positive integer.
@@ -138,13 +138,15 @@ class Checkpoint:
 
     def for_run(self, mechanism, key: Key, rounds: int) -> Checkpoint:
         """The fingerprint `loop.run` checks: the caller's, with the mechanism's, the key's, the
-        rounds and the interval (a different interval compiles different blocks of rounds)."""
+        rounds, the interval (another interval compiles other blocks of rounds) and the JAX
+        version and backend (others may compile the rounds to other floats)."""
         return self.with_parts(
             {
                 **mechanism_fingerprint(mechanism),
                 "key": key_fingerprint(key),
                 "rounds": str(rounds),
                 "checkpoint_every": str(self.every),
+                "jax": f"jax {jax.__version__} on {jax.default_backend()}",
             }
         )
 
@@ -153,25 +155,38 @@ class Checkpoint:
     def __enter__(self) -> Checkpoint:
         """Create the directory (owner-only) and hold its lock: two runs never share a checkpoint.
         The lock is the operating system's (flock), so a killed run never leaves it held."""
+        shown = str(self.directory)
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = self._locked()
         except OSError as err:
-            raise CheckpointError(
-                f"cannot create the checkpoint directory {str(self.directory)!r}: {err}"
-            ) from None
-        fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise CheckpointError(
-                f"checkpoint directory {str(self.directory)!r} is in use by another run"
-            ) from None
+            raise CheckpointError(f"cannot use the checkpoint directory {shown!r}: {err}") from None
+        if fd is None:
+            raise CheckpointError(f"checkpoint directory {shown!r} is in use by another run")
         self._lock = fd
         for stale in self.directory.glob(f".{FILE}.*{TEMPORARY_SUFFIX}"):  # left by a killed write
-            stale.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                stale.unlink()
         return self
+
+    def _locked(self) -> int | None:
+        """A descriptor of the lock file, locked; None if another run holds it."""
+        path = self.directory / LOCK
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            if fcntl is None:
+                return fd
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            try:  # the file locked is still the directory's (not one a finished run removed)
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
 
     def __exit__(self, *exc) -> None:
         if self._lock is not None:
@@ -202,27 +217,13 @@ class Checkpoint:
         """The checkpoint in the directory, None if there is none.
 
         Raises:
-            CheckpointError: it is corrupt or truncated, from another format or jaxdp version, or
-                from a run whose fingerprint differs (each difference named).
+            CheckpointError: it cannot be read, is corrupt or truncated, is from another format or
+                jaxdp version, or is from a run whose fingerprint differs (each difference named).
         """
         if not self.path.exists():
             return None
         shown = str(self.path)
-        try:
-            with open(self.path, "rb") as fh, np.load(fh, allow_pickle=False) as npz:
-                members = {name: npz[name] for name in npz.files}
-            checksum = members.pop("checksum").tobytes().decode()
-            if checksum != _checksum(members):
-                raise ValueError("checksum")
-            manifest = json.loads(members["manifest"].tobytes().decode())
-        except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, UnicodeDecodeError):
-            # A cut-off zip loses its directory, at the end; changed bytes fail their CRC or checksum.
-            what = (
-                "corrupt: its bytes changed since it was written"
-                if zipfile.is_zipfile(self.path)
-                else ("truncated, or not a checkpoint")
-            )
-            raise CheckpointError(f"checkpoint {shown!r} is {what}; delete it to start afresh") from None
+        manifest, arrays = self._read(shown)
         if manifest.get("format") != FORMAT or manifest.get("jaxdp_version") != __version__:
             raise CheckpointError(
                 f"checkpoint {shown!r} was written by jaxdp {manifest.get('jaxdp_version')} "
@@ -232,25 +233,75 @@ class Checkpoint:
         differ = _differences(manifest["fingerprint"], self.fingerprint)
         if differ:
             raise CheckpointError(
-                f"checkpoint {shown!r} is from another run: its {', '.join(differ)} "
-                f"{'differs' if len(differ) == 1 else 'differ'} from this run's. Resume with the command "
-                "(and key or seed) that wrote it, or delete it to start afresh"
+                f"checkpoint {shown!r} is from another run; what differs from this run: {', '.join(differ)}. "
+                "Resume with the command (and key or seed) that wrote it, or delete it to start afresh "
+                "(a key that made a release must not make another: start afresh with a new key)"
             )
-        arrays = [members[f"array{i}"] for i in range(len(members) - 1)]
         try:
             state, info = _decode(manifest["state"], arrays), _decode(manifest["info"], arrays)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, ImportError) as err:
             raise CheckpointError(
                 f"checkpoint {shown!r} holds a state this version cannot read: {err}"
             ) from None
-        return Saved(int(manifest["rounds_done"]), state, info)
+        rounds_done = manifest["rounds_done"]
+        if any(np.shape(leaf)[:1] != (rounds_done,) for leaf in jax.tree.leaves(info)):
+            raise CheckpointError(f"checkpoint {shown!r} holds Info of another length than its rounds")
+        return Saved(rounds_done, state, info)
+
+    def _read(self, shown: str) -> tuple[dict, list[np.ndarray]]:
+        """The manifest and arrays of the file, checked for integrity and shape."""
+        try:
+            with open(self.path, "rb") as fh:
+                members = _members(fh)
+        except OSError as err:
+            raise CheckpointError(f"cannot read checkpoint {shown!r}: {err.strerror or err}") from None
+        except (EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile, UnicodeDecodeError):
+            # A cut-off zip loses its directory, at the end; changed bytes fail their CRC or checksum.
+            what = (
+                "corrupt: its bytes changed since it was written"
+                if zipfile.is_zipfile(self.path)
+                else "truncated, or not a checkpoint"
+            )
+            raise CheckpointError(f"checkpoint {shown!r} is {what}; delete it to start afresh") from None
+        try:
+            manifest = json.loads(members.pop("manifest").tobytes().decode())
+            arrays = [members.pop(f"array{i}") for i in range(len(members))]
+            valid = (
+                isinstance(manifest, dict)
+                and isinstance(manifest.get("fingerprint"), dict)
+                and all(isinstance(v, str) for v in manifest["fingerprint"].values())
+                and type(manifest.get("rounds_done")) is int
+                and {"state", "info"} <= manifest.keys()
+            )
+        except (KeyError, ValueError, UnicodeDecodeError):
+            valid = False
+        if not valid:
+            raise CheckpointError(
+                f"checkpoint {shown!r} is not a checkpoint jaxdp wrote; delete it to start afresh"
+            )
+        return manifest, arrays
 
     def remove(self) -> None:
-        """Delete the checkpoint, its lock and the directory (if then empty)."""
-        for name in (FILE, LOCK):
-            (self.directory / name).unlink(missing_ok=True)
+        """Delete the checkpoint, its lock and the directory (if then empty), holding the lock
+        meanwhile, so that no other run's checkpoint or lock is deleted."""
+        with contextlib.ExitStack() as held:
+            if self._lock is None:
+                held.enter_context(self)
+            for name in (FILE, LOCK):
+                (self.directory / name).unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.directory.rmdir()
+
+
+def _members(fh) -> dict[str, np.ndarray]:
+    """The zip's arrays by name, after their checksum is verified (ValueError if it fails)."""
+    with np.load(fh, allow_pickle=False) as npz:
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("not a zip of arrays")
+        members = {name: npz[name] for name in npz.files}
+    if members.pop("checksum").tobytes().decode() != _checksum(members):
+        raise ValueError("checksum")
+    return members
 
 
 def _differences(saved: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
@@ -259,7 +310,7 @@ def _differences(saved: Mapping[str, str], current: Mapping[str, str]) -> list[s
 
 
 def _checksum(members: Mapping[str, np.ndarray]) -> str:
-    return digest(*(f"{name}" for name in members), *members.values())
+    return digest(*members, *members.values())
 
 
 # -- the state as JSON and arrays -------------------------------------------------------------------

@@ -27,7 +27,7 @@ from jaxdp._version import __version__
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError
 from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.binning import DEFAULT_BINNING_SHARE
-from jaxdp.checkpoint import DEFAULT_EVERY
+from jaxdp.checkpoint import DEFAULT_EVERY, Checkpoint, digest, mechanism_fingerprint
 from jaxdp.domain import (
     DataError,
     Dataset,
@@ -107,7 +107,6 @@ def _build_parser() -> argparse.ArgumentParser:
     synth.add_argument(
         "--checkpoint-every",
         type=int,
-        default=DEFAULT_EVERY,
         metavar="N",
         help=f"rounds between checkpoints (default {DEFAULT_EVERY})",
     )
@@ -255,9 +254,11 @@ def _check_checkpoint_args(args: argparse.Namespace) -> None:
     if args.seed is not None and args.key_file is not None:
         raise CLIError("give --seed or --key-file, not both")
     if args.checkpoint is None:
-        if args.keep_checkpoint or args.checkpoint_every != DEFAULT_EVERY:
+        if args.keep_checkpoint or args.checkpoint_every is not None:
             raise CLIError("--checkpoint-every and --keep-checkpoint need --checkpoint DIR")
         return
+    if args.checkpoint_every is None:
+        args.checkpoint_every = DEFAULT_EVERY
     if args.checkpoint_every < 1:
         raise CLIError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
     if args.seed is None and args.key_file is None:
@@ -328,17 +329,22 @@ def _synth(args: argparse.Namespace) -> None:
         print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
     if args.noise == "float":
         print("jaxdp: --noise float: float32 noise does not meet the stated delta", file=sys.stderr)
+    fingerprint = api.release_fingerprint(
+        name=args.mechanism,
+        inputs=inputs,
+        workload=workload,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        relation=relation,
+        conversion=args.conversion,
+        noise=args.noise,
+    )
+    release = digest(fingerprint, mechanism_fingerprint(mech))
+    if args.key_file is not None:
+        keys.refuse_another_release(args.key_file, release)
     checkpoint = None
     if args.checkpoint is not None:
-        checkpoint = api.run_checkpoint(
-            args.checkpoint,
-            every=args.checkpoint_every,
-            name=args.mechanism,
-            inputs=inputs,
-            workload=workload,
-            epsilon=args.epsilon,
-            delta=args.delta,
-        )
+        checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every, fingerprint=fingerprint)
     result = api.execute(
         args.mechanism,
         mech,
@@ -382,6 +388,8 @@ def _synth(args: argparse.Namespace) -> None:
         if inputs.public is not None:
             errors["best_mixture_error"] = best_mixture_error(data, inputs.public, workload)
         outputs[args.errors] = json.dumps(errors, indent=2) + "\n"
+    if args.key_file is not None:  # before any output: the key is spent on this release
+        keys.record_release(args.key_file, release)
     for path, text in outputs.items():
         with atomic_open(path) as fh:
             fh.write(text)

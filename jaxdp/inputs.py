@@ -17,7 +17,7 @@ from typing import Any
 
 from jaxdp import datasets, preprocess
 from jaxdp.binning import DEFAULT_BINNING_SHARE
-from jaxdp.checkpoint import Checkpoint, digest
+from jaxdp.checkpoint import digest
 from jaxdp.domain import (
     DataError,
     Dataset,
@@ -212,38 +212,37 @@ def finish(result: Result, inputs: Inputs, key: Key) -> Result:
     )
 
 
-def run_checkpoint(
-    directory: str | os.PathLike,
+def release_fingerprint(
     *,
-    every: int,
     name: str,
     inputs: Inputs,
     workload: MarginalWorkload | None,
     epsilon: float,
     delta: float,
-) -> Checkpoint:
-    """The checkpoint of a release: `directory`, written every `every` rounds, fingerprinted with
-    what a resumed release must share with the one that wrote it (`loop.run` adds the built
-    mechanism, the key and the rounds). Changing the release's row count or confidence is not
-    refused: they change the release from the same state, not the rounds.
+    relation: Neighboring | str,
+    conversion: str,
+    noise: str,
+) -> dict[str, str]:
+    """What a release is made of, one digest or short text per item (a checkpoint's fingerprint,
+    to which `loop.run` adds the built mechanism, the key and the rounds): a checkpoint is resumed,
+    and a key file reused, only by the same release. The row count and the error bounds'
+    confidence are not in it: they change what is sampled from the same state, not the rounds.
 
     Privacy:
-        The fingerprint holds a digest of the coded data (and public data): as sensitive as the
-        data against a guess, so the checkpoint is written owner-only (`jaxdp.checkpoint`).
+        Holds a digest of the coded data (and public data): as sensitive as the data against a
+        guess, so checkpoints are written owner-only (`jaxdp.checkpoint`).
     """
     data = [inputs.data.codes, inputs.data.numeric]
     if inputs.public is not None:
         data += [inputs.public.codes, inputs.public.numeric]
-    return Checkpoint(
-        directory,
-        every=every,
-        fingerprint={
-            "mechanism": name,
-            "budget": f"epsilon={epsilon!r} delta={delta!r}",
-            "data": digest(*data),
-            "domain": digest(inputs.data.domain.to_json()),
-            "workload": "the mechanism's own"
-            if workload is None
-            else digest([list(c) for c in workload.cliques]),
-        },
-    )
+    relation = Neighboring(relation).value
+    return {
+        "mechanism": name,
+        "budget": f"epsilon={float(epsilon)!r} delta={float(delta)!r}",
+        "relation_and_noise": f"{relation}, {conversion} conversion, {noise} noise",
+        "data": digest(*data),
+        "domain": digest(inputs.data.domain.to_json()),
+        "workload": "the mechanism's own"
+        if workload is None
+        else digest([list(c) for c in workload.cliques]),
+    }

@@ -20,12 +20,12 @@ from __future__ import annotations
 import enum
 import json
 import os
-import tempfile
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp._io import atomic_open
 from jaxdp.types import Key
 
 
@@ -114,45 +114,66 @@ def key_file(path: str | os.PathLike) -> Key:
 
     A run that must resume after a kill needs its root key again, and a release's key must not
     be a guessable seed: the file keeps a secure key between the two. It holds the key itself,
-    so it is as secret as the data: it is created owner-only (mode 0600) and never overwritten.
+    so it is as secret as the data: it is created owner-only (mode 0600, never overwritten but
+    to record the release it made: `record_release`).
 
     Raises:
-        ValueError: the file exists but does not hold a jaxdp root key.
+        ValueError: the file exists but does not hold a jaxdp root key, or cannot be created.
     """
     path = os.fspath(path)
-    if os.path.exists(path):
-        return _read_key_file(path)
-    key = secure_root_key()
-    record = {"jaxdp_root_key": str(jax.random.key_impl(key)), "words": _words(key)}
-    # Written whole beside `path`, then linked to it: a crash never leaves a partial key file,
-    # and a file another process created meanwhile is never overwritten (link fails on it).
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".key.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(record, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(tmp, path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        return _read_key_file(path)
-    finally:
-        os.unlink(tmp)
+        return _read_key_file(path)[0]
+    except OSError as err:
+        raise ValueError(f"cannot create key file {path!r}: {err.strerror or err}") from None
+    key = secure_root_key()
+    with os.fdopen(fd, "w") as fh:  # one short write: a key file is whole or unreadable, never wrong
+        json.dump({"jaxdp_root_key": str(jax.random.key_impl(key)), "words": _words(key)}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
     return key
+
+
+def refuse_another_release(path: str | os.PathLike, release: str) -> None:
+    """Raise ValueError if the key in file `path` already made a release other than `release` (a
+    digest of what the release is made of: `jaxdp.inputs.release_fingerprint` and the built
+    mechanism). Two releases from one root key draw the same noise, which cancels in their
+    difference; the same release made again draws it again and reveals nothing new."""
+    made = _read_key_file(os.fspath(path))[1].get("release")
+    if made is not None and made != release:
+        raise ValueError(
+            f"key file {os.fspath(path)!r} already made another release (other settings or data): a root "
+            "key must never make two releases, whose noise would cancel in their difference; give a new "
+            "--key-file"
+        )
+
+
+def record_release(path: str | os.PathLike, release: str) -> None:
+    """Record in key file `path` the release its key made (see `refuse_another_release`),
+    rewriting the file atomically and owner-only."""
+    path = os.fspath(path)
+    _, record = _read_key_file(path)
+    with atomic_open(path) as fh:
+        json.dump({**record, "release": release}, fh)
 
 
 def _words(key: Key) -> list[int]:
     return [int(w) for w in np.asarray(jax.random.key_data(key)).reshape(-1)]
 
 
-def _read_key_file(path: str) -> Key:
+def _read_key_file(path: str) -> tuple[Key, dict]:
     try:
         with open(path) as fh:
             record = json.load(fh)
         impl = record["jaxdp_root_key"]
         template = jax.random.key_data(jax.random.key(0, impl=impl))
-        words = np.asarray(record["words"], np.uint32)
-        if words.size != template.size:
-            raise ValueError("wrong length")
-        return jax.random.wrap_key_data(words.reshape(template.shape), impl=impl)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        words = record["words"]
+        if len(words) != template.size or not all(type(w) is int and 0 <= w < 2**32 for w in words):
+            raise ValueError("bad words")
+        key = jax.random.wrap_key_data(np.asarray(words, np.uint32).reshape(template.shape), impl=impl)
+        if not isinstance(record.get("release", ""), str):
+            raise ValueError("bad release")
+        return key, record
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"key file {path!r} does not hold a jaxdp root key ({type(err).__name__})") from None

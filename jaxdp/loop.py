@@ -205,19 +205,19 @@ def _block_sizes(rounds: int, progress: Progress | bool | None, blocks: int) -> 
     if progress is None or progress is False or rounds == 1:
         return [rounds]
     target = -(-rounds // max(1, blocks))
-    size = next((s for s in range(target, 2 * target + 1) if rounds % s == 0), target)
+    return _chunks(rounds, next((s for s in range(target, 2 * target + 1) if rounds % s == 0), target))
+
+
+def _chunks(rounds: int, size: int) -> list[int]:
+    """`rounds` in blocks of `size` from round 0, the last one shorter if need be."""
     return [size] * (rounds // size) + ([rounds % size] if rounds % size else [])
 
 
 def _run_jitted(mechanism, key, rounds, progress, blocks, store: Checkpoint | None, saved: Saved | None):
     state = _init_jit(mechanism, key)
     scan = _rounds_program(mechanism, state)
-    if store is None:
-        sizes = _block_sizes(rounds, progress, blocks)
-    else:  # blocks end where checkpoints are written, so that a resumed run compiles the same blocks
-        sizes = [store.every] * (rounds // store.every) + (
-            [rounds % store.every] if rounds % store.every else []
-        )
+    # With checkpoints, blocks end where they are written: a resumed run compiles the same blocks.
+    sizes = _block_sizes(rounds, progress, blocks) if store is None else _chunks(rounds, store.every)
     done, info = 0, None
     if saved is not None:
         state, info, done = _placed_like(state, saved.state, store), saved.info, saved.rounds_done

