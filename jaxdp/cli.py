@@ -329,22 +329,23 @@ def _synth(args: argparse.Namespace) -> None:
         print("jaxdp: --seed given: the run is reproducible, and so is its noise", file=sys.stderr)
     if args.noise == "float":
         print("jaxdp: --noise float: float32 noise does not meet the stated delta", file=sys.stderr)
-    fingerprint = api.release_fingerprint(
-        name=args.mechanism,
-        inputs=inputs,
-        workload=workload,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        relation=relation,
-        conversion=args.conversion,
-        noise=args.noise,
-    )
-    release = digest(fingerprint, mechanism_fingerprint(mech))
-    if args.key_file is not None:
-        keys.refuse_another_release(args.key_file, release)
-    checkpoint = None
-    if args.checkpoint is not None:
-        checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every, fingerprint=fingerprint)
+    checkpoint = release = None
+    if args.checkpoint is not None or args.key_file is not None:  # digests of the whole table: only when used
+        fingerprint = api.release_fingerprint(
+            name=args.mechanism,
+            inputs=inputs,
+            workload=workload,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            relation=relation,
+            conversion=args.conversion,
+            noise=args.noise,
+        )
+        if args.key_file is not None:
+            release = digest(fingerprint, mechanism_fingerprint(mech))
+            keys.refuse_another_release(args.key_file, release)
+        if args.checkpoint is not None:
+            checkpoint = Checkpoint(args.checkpoint, every=args.checkpoint_every, fingerprint=fingerprint)
     result = api.execute(
         args.mechanism,
         mech,
@@ -388,7 +389,7 @@ def _synth(args: argparse.Namespace) -> None:
         if inputs.public is not None:
             errors["best_mixture_error"] = best_mixture_error(data, inputs.public, workload)
         outputs[args.errors] = json.dumps(errors, indent=2) + "\n"
-    if args.key_file is not None:  # before any output: the key is spent on this release
+    if release is not None:  # before any output: the key file's key is spent on this release
         keys.record_release(args.key_file, release)
     for path, text in outputs.items():
         with atomic_open(path) as fh:

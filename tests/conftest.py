@@ -141,3 +141,12 @@ def stop_after_saves(monkeypatch, saves: int) -> None:
             raise StoppedAfterSaves
 
     monkeypatch.setattr(Checkpoint, "save", save_then_stop)
+
+
+def cli_env(cache_directory) -> dict[str, str]:
+    """The environment of a `python -m jaxdp` subprocess whose compiled programs are kept in
+    `cache_directory` (the suite turns the command line's cache off in its own environment), so
+    that a second process runs the programs the first compiled."""
+    env = {k: v for k, v in os.environ.items() if k != "JAXDP_NO_COMPILE_CACHE"}
+    env["JAXDP_CACHE_DIR"] = str(cache_directory)
+    return env

@@ -1,12 +1,13 @@
 """The README's Python example runs as written."""
 
 import json
-import os
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.conftest import cli_env
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -59,8 +60,7 @@ def test_the_killed_and_resumed_example_releases_what_an_uninterrupted_run_does(
     first, second = [shlex.split(line) for line in block.splitlines() if line.startswith("python -m jaxdp")]
     assert first == second and "--checkpoint" in first and "--key-file" in first
     args = first[3:]  # after "python -m jaxdp"
-    env = {k: v for k, v in os.environ.items() if k != "JAXDP_NO_COMPILE_CACHE"}
-    env["JAXDP_CACHE_DIR"] = str(tmp_path / "cache")
+    env = cli_env(tmp_path / "cache")
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     for run in (whole, killed):
         run.mkdir()

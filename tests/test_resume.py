@@ -10,7 +10,6 @@ runs the very programs the killed one compiled.
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.conftest import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
 KILL_AT = ROOT / "tests" / "_kill_at.py"
@@ -83,8 +84,7 @@ def _command(table, mechanism: str, run: Path) -> list[str]:
 
 
 def _run(table, args: list[str], kill: tuple[str, int] | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "JAXDP_NO_COMPILE_CACHE"}
-    env["JAXDP_CACHE_DIR"] = str(table["cache"])
+    env = cli_env(table["cache"])
     head = (
         [sys.executable, str(KILL_AT), kill[0], str(kill[1]), "--"]
         if kill
