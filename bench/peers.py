@@ -1,4 +1,4 @@
-"""End-to-end peers: jaxdp's AIM, AIM-GEM and GEM against SmartNoise's and dpmm's AIM and MST.
+"""End-to-end peers: jaxdp's AIM, AIM-GEM, GEM and MST against SmartNoise's and dpmm's AIM and MST.
 
 Issue #17. One run, one table, one workload, one budget: the 6-attribute ADULT projection (age,
 education-num, marital-status, occupation, sex, income>50K; 48,842 records; data from
@@ -7,9 +7,9 @@ epsilon 1, delta 1e-9, add/remove neighbours (the AIM paper's relation; what eac
 is recorded with its rows). Every run is a whole process, timed from outside (start, imports,
 data load, fit, sample, write):
 
-- jaxdp: `python -m jaxdp synth --mechanism {aim,aim-gem,gem} ... --relation R`, with an
+- jaxdp: `python -m jaxdp synth --mechanism {aim,aim-gem,gem,mst} ... --relation R`, with an
   empty compile cache per run (a fresh JAXDP_CACHE_DIR: first run, empty cache). R is
-  add-remove for AIM and AIM-GEM; GEM supports only replace-one (it refuses add-remove), so it
+  add-remove for AIM, AIM-GEM and MST; GEM supports only replace-one (it refuses add-remove), so it
   runs under replace-one, a different relation, and its rows say so.
 - peers: `bench/_peer_runner.py` under the peers' own environment (default /work/peers-venv,
   `pip install -r bench/peers-requirements.txt`; it imports nothing from jaxdp), which also
@@ -67,6 +67,7 @@ RUNS = (
     ("smartnoise", "aim"),
     ("jaxdp", "aim-gem"),
     ("jaxdp", "gem"),
+    ("jaxdp", "mst"),
     ("dpmm", "mst"),
     ("smartnoise+shim", "mst"),
     ("smartnoise", "mst"),
@@ -75,7 +76,7 @@ RUNS = (
 EXTRA_RUNS = (("dpmm+nocompress", "aim"), ("jaxdp+nocompress", "aim"))
 
 # jaxdp's relation per mechanism (GEM supports replace-one only)
-JAXDP_RELATION = {"aim": "add-remove", "aim-gem": "add-remove", "gem": "replace-one"}
+JAXDP_RELATION = {"aim": "add-remove", "aim-gem": "add-remove", "gem": "replace-one", "mst": "add-remove"}
 
 # What each library assumes, from its code (recorded with every row).
 ASSUMPTIONS = {

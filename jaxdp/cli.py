@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -142,10 +143,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     synth.add_argument(
         "--compress",
-        help="aim and aim-gem: compress the domain after the noisy 1-way round, merging the values "
-        "counted below THRESHOLD sigmas in attributes of at least 20 values (default 3 for aim, "
-        "off for aim-gem), or 'off'; post-processing, no privacy cost (the report's compression "
-        "lists what was merged)",
+        help="aim, aim-gem and mst: compress the domain after the noisy 1-way round, merging the "
+        "values counted below THRESHOLD sigmas (in attributes of at least 20 values for aim and "
+        "aim-gem, in every attribute for mst; default 3 for aim and mst, off for aim-gem), or "
+        "'off'; post-processing, no privacy cost (the report's compression lists what was merged)",
     )
     _add_cache_arg(synth)
     synth.add_argument(
@@ -236,16 +237,20 @@ def _check_writable(*paths: str | None) -> None:
             raise CLIError(f"cannot write {p!r}: its directory does not exist")
 
 
-def _compression(value: str | None, mechanism: str, compresses: bool) -> dict[str, Compression | None]:
-    """The factory's `compress` keyword from --compress ({} when not given: its default)."""
+def _compression(
+    value: str | None, mechanism: str, base: Compression | None
+) -> dict[str, Compression | None]:
+    """The factory's `compress` keyword from --compress ({} when not given: its default): the
+    mechanism's own compression (`MechanismSpec.compression`) with the threshold given."""
     if value is None:
         return {}
-    if not compresses:
-        raise CLIError(f"--compress applies to aim and aim-gem, not {mechanism!r}")
+    if base is None:
+        users = ", ".join(n for n, s in MECHANISMS.items() if s.compression is not None)
+        raise CLIError(f"--compress applies to {users}, not {mechanism!r}")
     if value == "off":
         return {"compress": None}
     try:
-        return {"compress": Compression(threshold=float(value)).checked()}
+        return {"compress": dataclasses.replace(base, threshold=float(value)).checked()}
     except ValueError:
         raise CLIError(f"--compress must be 'off' or a threshold in sigmas > 0, got {value!r}") from None
 
@@ -281,7 +286,7 @@ def _synth(args: argparse.Namespace) -> None:
     if args.seed is not None and not 0 <= args.seed < 2**32:
         raise CLIError("--seed must be in [0, 2^32): jax.random.key keeps 32 bits of it")
     _check_checkpoint_args(args)
-    compress = _compression(args.compress, args.mechanism, spec.compresses)
+    compress = _compression(args.compress, args.mechanism, spec.compression)
     _check_writable(args.out, args.report, args.errors)
     started = time.perf_counter()
     if (args.public is not None) != spec.public:

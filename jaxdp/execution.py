@@ -85,7 +85,7 @@ def execute(
     report = privacy_report(name, mechanism, run.ledger, n_rows, answers_out, seconds)
     if checkpoint is not None:
         report["checkpoint"] = {"every": checkpoint.every, "resumed_from_round": run.resumed_from}
-    if spec.compresses:
+    if spec.compression is not None:
         report["compression"] = mechanism.compression_report(run.state)
     bounds = None
     if spec.error_bounds is not None:

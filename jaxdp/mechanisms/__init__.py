@@ -3,7 +3,7 @@
 `adaptive` composes a selection rule, a measurement and a family into a mechanism (an `Adaptive`,
 or for AIM's filter rule an `Annealed`); every shipped mechanism is a preset of it: MWEM, PEP,
 PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent, Gaussian,
-AIM and AIM-GEM.
+AIM, AIM-GEM and MST.
 """
 
 from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, QueryClass, adaptive
@@ -15,6 +15,7 @@ from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import gaussian
 from jaxdp.mechanisms.gem import gem, gem_pub
 from jaxdp.mechanisms.independent import independent
+from jaxdp.mechanisms.mst import mst
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
 from jaxdp.mechanisms.rap import rap, rap_softmax
@@ -37,6 +38,7 @@ __all__ = [
     "gem",
     "gem_pub",
     "independent",
+    "mst",
     "mwem",
     "pep",
     "pep_pub",

@@ -21,7 +21,8 @@ for the measurement (all of it for the selection when nothing is measured).
 Every shipped mechanism is a preset of this builder: MWEM, PEP, PMW-Pub, PEP-Pub, RAP,
 RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent and Gaussian build an `Adaptive`
 (one compiled scan); AIM and AIM-GEM, whose rule is `jaxdp.selection.AIMSelection` (budget
-annealing and a privacy filter), build an `jaxdp.mechanisms.annealed.Annealed` (a Python loop).
+annealing and a privacy filter), and MST, whose rule is `jaxdp.selection.MSTSelection` (a
+spanning tree on a fixed budget), build an `jaxdp.mechanisms.annealed.Annealed` (a Python loop).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from jaxdp.queries import (
     MixedMarginalQueries,
     RandomLinearThresholds,
 )
-from jaxdp.selection import AIMSelection, Rule, SelectionBudget
+from jaxdp.selection import HostRule, Rule, SelectionBudget
 from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 # The default measurement (unbound: `adaptive` calibrates it to each class).
@@ -281,7 +282,9 @@ def adaptive(
         select: a `jaxdp.selection.Rule` (`MaxError(k=...)`, `L1Error`, `QueryError`,
             `SignedError`, `SignedErrorSamples`, `Everything`, or one of your own), or
             `jaxdp.selection.AIMSelection()` (AIM's rule: budget annealing and a privacy filter;
-            the mechanism is then an `Annealed`, run as a Python loop, with `rounds` its T).
+            the mechanism is then an `Annealed`, run as a Python loop, with `rounds` its T), or
+            `jaxdp.selection.MSTSelection()` (MST's spanning tree: also an `Annealed`, with d
+            rounds; leave `rounds` unset).
         family: a family from `jaxdp.families` with its settings, or one of your own (a
             `jaxdp.families.Family`).
         rounds: T; with a rule that picks each candidate at most once, rounds x picks must not
@@ -303,7 +306,7 @@ def adaptive(
         mesh: count the records split over this mesh's devices (`jaxdp.queries.records_mesh()`).
         name: how errors and reports name it.
         label: names the charges of a single class ("select {label}", "measure {label}").
-        compress: with `AIMSelection`, compress the domain after its noisy 1-way round
+        compress: with `AIMSelection` or `MSTSelection`, compress the domain after the noisy 1-way round
             (`jaxdp.families.Compression()`: MST's merge of the values counted below 3 sigma;
             post-processing, no privacy cost); None keeps the declared domain.
 
@@ -332,11 +335,11 @@ def adaptive(
         raise ValueError(
             f"{type(family).__name__} fits under {_names(family.relations)}, not {relation.value}"
         )
-    if isinstance(select, AIMSelection):
+    if isinstance(select, HostRule):
         if classes is not None or alpha is not None or measure is None:
             raise ValueError(
-                "AIMSelection selects from one workload, splits each round itself (its alpha) and "
-                "measures what it picks: give workload, and leave classes, alpha and measure unset"
+                f"{type(select).__name__} selects from one workload, splits each round's budget itself "
+                "and measures what it picks: give workload, and leave classes, alpha and measure unset"
             )
         return annealed(
             data,
@@ -354,7 +357,8 @@ def adaptive(
         )
     if compress is not None:
         raise ValueError(
-            "compress works with AIMSelection, whose first round measures every 1-way marginal; "
+            "compress works with AIMSelection and MSTSelection, whose first round measures every "
+            "1-way marginal; "
             f"{type(select).__name__} does not"
         )
     classes = _query_classes(workload, select, rounds, classes, label)

@@ -148,6 +148,10 @@ AIM_RELATIONS = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)
 register(
     "aim",
     MechanismSpec(
-        rounds_cap(aim), error_bounds=_error_bounds, relations=AIM_RELATIONS, mesh=True, compresses=True
+        rounds_cap(aim),
+        error_bounds=_error_bounds,
+        relations=AIM_RELATIONS,
+        mesh=True,
+        compression=DEFAULT_COMPRESSION,
     ),
 )

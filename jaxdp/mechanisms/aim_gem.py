@@ -19,7 +19,7 @@ from jaxdp.domain import Dataset
 from jaxdp.families.compression import Compression
 from jaxdp.families.generator_model import GeneratorModel
 from jaxdp.mechanisms.adaptive import adaptive
-from jaxdp.mechanisms.aim import AIM_RELATIONS
+from jaxdp.mechanisms.aim import AIM_RELATIONS, DEFAULT_COMPRESSION
 from jaxdp.mechanisms.annealed import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
 from jaxdp.queries import MarginalWorkload
@@ -103,4 +103,7 @@ def aim_gem(
     )
 
 
-register("aim-gem", MechanismSpec(rounds_cap(aim_gem), relations=AIM_RELATIONS, mesh=True, compresses=True))
+register(
+    "aim-gem",
+    MechanismSpec(rounds_cap(aim_gem), relations=AIM_RELATIONS, mesh=True, compression=DEFAULT_COMPRESSION),
+)

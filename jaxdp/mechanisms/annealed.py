@@ -1,24 +1,29 @@
-"""The driver of a rule with budget annealing and a privacy filter (AIM's, McKenna et al., VLDB
-2022): what `jaxdp.adaptive` builds when the selection is `jaxdp.selection.AIMSelection`.
+"""The driver of a rule that schedules its rounds from the host (a `jaxdp.selection.HostRule`):
+what `jaxdp.adaptive` builds when the selection is AIM's (`jaxdp.selection.AIMSelection`) or
+MST's (`jaxdp.selection.MSTSelection`).
 
-Round 0 measures every 1-way marginal of the candidates W+ (Algorithm 3). Each later round
-(Algorithm 2) keeps the candidates C_t the family allows (`Family.eligible`: Private-PGM's model
-size filter), selects one with the exponential mechanism on AIM's quality score, measures it with
-Gaussian noise, has the family record it and refit to every measurement so far, and anneals
-(sigma, epsilon) by Algorithm 4. A privacy filter ends the run: when the remaining budget cannot
-pay two more rounds, the next round spends exactly what is left, and the run stops.
+Round 0 measures every 1-way marginal of the candidates (AIM's Algorithm 3; MST's first step).
+Each later round keeps the candidates C_t the family admits (`Family.eligible`: Private-PGM's model
+size filter) and the rule allows (`HostRule.allowed`: MST's pairs that join two components of its
+tree), selects one with the exponential mechanism on the rule's score, measures it with Gaussian
+noise, and has the family record it. AIM refits the family to every measurement so far after each
+round and anneals (sigma, epsilon) by Algorithm 4, and a privacy filter ends its run: when the
+remaining budget cannot pay two more rounds, the next round spends exactly what is left, and the
+run stops. MST scores every round against round 0's model (no refit until its last round) on a
+budget fixed in advance, and stops after d rounds.
 
-The run is data-adaptive in how many rounds it runs and at what noise scales, so it cannot be one
-compiled scan: it runs as a Python loop of `step(state, key)` (`jittable = False`) and its
-realised plan (one charge per primitive actually invoked, each decided from public quantities
-before it was spent) is checked by `jaxdp.loop.run` against the ledger and the budget. A family
-whose methods trace (PEP, MW, RAP, GEM) is called through compiled programs that take it as an
-argument; a host family (Private-PGM's `GraphicalModel`, AIM-GEM's `GeneratorModel`) directly.
+The run is data-adaptive (AIM: how many rounds, at what noise scales; both: which candidates are
+left), so it cannot be one compiled scan: it runs as a Python loop of `step(state, key)`
+(`jittable = False`) and its realised plan (one charge per primitive actually invoked, each
+decided from public quantities before it was spent) is checked by `jaxdp.loop.run` against the
+ledger and the budget. A family whose methods trace (PEP, MW, RAP, GEM) is called through compiled
+programs that take it as an argument; a host family (Private-PGM's `GraphicalModel`, AIM-GEM's
+`GeneratorModel`) directly.
 
-Uncertainty quantification (Section 5): `error_bounds` gives, for every workload marginal, an
-upper confidence bound on the L1 error of the synthetic data: Theorem 2/3 + Corollary 1 when the
-marginal is supported by a measurement, else Theorem 4 + Corollary 2 from the last round in which
-it was a candidate. The bounds use only released quantities: they cost no privacy.
+Uncertainty quantification (AIM's Section 5): `error_bounds` gives, for every workload marginal,
+an upper confidence bound on the L1 error of the synthetic data: Theorem 2/3 + Corollary 1 when
+the marginal is supported by a measurement, else Theorem 4 + Corollary 2 from the last round in
+which it was a candidate. The bounds use only released quantities: they cost no privacy.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import measure_on_host
 from jaxdp.mechanisms._common import private_counts, require_categorical
 from jaxdp.queries import MarginalWorkload, marginal_counts
-from jaxdp.selection.annealed import SQRT_2_OVER_PI, AIMSelection, RoundRecord, Schedule
+from jaxdp.selection.annealed import SQRT_2_OVER_PI, HostRule, RoundRecord, Schedule
 from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 logger = logging.getLogger("jaxdp.mechanisms.aim")
@@ -75,7 +80,7 @@ class Parts(NamedTuple):
     round 0): the bound rule (its candidates W+), the bound family, the candidates' true counts
     (private), and the workload W over that domain."""
 
-    selection: AIMSelection
+    selection: HostRule
     family: Family
     counts: Sensitive
     workload: MarginalWorkload
@@ -120,14 +125,15 @@ class Annealed:
     """A mechanism driven by a filter rule (module docstring), built by `jaxdp.adaptive`.
 
     Privacy:
-        See `jaxdp.selection.AIMSelection`: rho-zCDP by the filter, for `relation`. Keys: INIT
+        See the rule (`jaxdp.selection.AIMSelection`: rho-zCDP by the filter;
+        `jaxdp.selection.MSTSelection`: by its fixed plan), for `relation`. Keys: INIT
         for the family's public randomness; MEASURE of round 0; SELECT and MEASURE of every
         later round; UPDATE for the family's update; RELEASE for sampling records. The
         family's fit, answers and samples are post-processing of released values.
     """
 
     counts: Sensitive  # true int32 counts of every candidate marginal, concatenated
-    selection: AIMSelection
+    selection: HostRule
     family: Family
     workload: MarginalWorkload = static_field()
     relation: Neighboring = static_field()
@@ -235,16 +241,19 @@ class Annealed:
         return Measured(picks, picks, np.full(len(chosen), -1, np.int32), gather, flat[gather], sigma)
 
     def _fit(self, parts: Parts, model, measured: Measured, current, t: int, key: Key, last: bool):
-        """The family's record and update of one round (compiled for a traced family)."""
+        """The family's record of one round and its update (compiled for a traced family); a
+        rule that scores against round 0's model (`refits` False) has it updated only after
+        round 0 and the last round."""
         update_key = stream_key(key, Stream.UPDATE)
         family = parts.family
+        refit = parts.selection.refits or last or t == 0
         if not family.jittable:
             model = family.record(model, measured, current, t)
-            return family.update(model, t, update_key, last)[0]
+            return family.update(model, t, update_key, last)[0] if refit else model
         current = np.zeros(parts.selection.candidates.n_queries) if current is None else current
         t = jnp.asarray(t, jnp.int32)
         model = _record(family, model, measured, jnp.asarray(current, jnp.float32), t)
-        return _update(family, model, t, update_key, last)[0]
+        return _update(family, model, t, update_key, last)[0] if refit else model
 
     def _answers(self, parts: Parts, model, eligible: np.ndarray) -> np.ndarray:
         """(candidates.n_queries,) float64 the family's answers of the eligible candidates in
@@ -319,7 +328,7 @@ class Annealed:
         rho_used = state.schedule.rho_spent + rho_select + rho_measure
 
         started = time.perf_counter()
-        mask = self._eligible(parts, state.model, rho_used / self.plan.rho_budget)
+        mask = self._eligible(parts, state, rho_used / self.plan.rho_budget)
         filter_s = time.perf_counter() - started
         started = time.perf_counter()
         answered = self._answers(parts, state.model, mask)
@@ -400,9 +409,22 @@ class Annealed:
         )
         return new, AnnealedInfo(charges=(select_charge, measure_charge))
 
-    def _eligible(self, parts: Parts, model, budget_used: float) -> np.ndarray:
-        mask = parts.family.eligible(model, budget_used)
-        return np.ones(len(parts.selection.candidates), bool) if mask is None else np.asarray(mask, bool)
+    def _eligible(self, parts: Parts, state: AnnealedState, budget_used: float) -> np.ndarray:
+        """C_t: the candidates the family admits (its size filter) that the rule allows."""
+        rule = parts.selection
+        mask = np.ones(len(rule.candidates), bool)
+        for allowed in (
+            parts.family.eligible(state.model, budget_used),
+            rule.allowed([r.selected for r in state.records]),
+        ):
+            if allowed is not None:
+                mask &= np.asarray(allowed, bool)
+        if not mask.any():
+            raise ValueError(
+                f"{self.name}: no candidate is left that both {type(rule).__name__} allows and "
+                f"{type(parts.family).__name__}'s model size admits (raise max_model_size)"
+            )
+        return mask
 
     def default_rows(self, state: AnnealedState) -> int:
         """n under replace-one (public); under add/remove the family's estimated total."""
@@ -477,6 +499,11 @@ class Annealed:
         Privacy:
             Post-processing of released values only (noisy measurements, selection records).
         """
+        if not self.selection.has_error_bounds:
+            raise ValueError(
+                f"{self.name}: error bounds are AIM's (its Section 5 bounds what its own selection "
+                f"score left unmeasured); {type(self.selection).__name__} has none"
+            )
         if not 0.0 < confidence < 1.0:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
         parts = self.parts(state)
@@ -568,7 +595,7 @@ def _workload_spans(flat: np.ndarray, candidates: MarginalWorkload, workload: Ma
     return np.concatenate([flat[s : s + n] for s, n in zip(starts, workload.cells, strict=True)])
 
 
-def _class_shape(rule: AIMSelection) -> ClassShape:
+def _class_shape(rule: HostRule) -> ClassShape:
     """What a family bound under a filter rule is told: its candidates W+, at most `max_rounds`
     rounds of one pick after round 0's 1-way marginals."""
     capacity = len(rule.one_way()) + rule.max_rounds - 1  # round 0 measures every 1-way marginal
@@ -611,7 +638,7 @@ def annealed(
     data: Dataset,
     workload: MarginalWorkload,
     *,
-    select: AIMSelection,
+    select: HostRule,
     family: Family,
     rounds: int | None,
     plan: Plan,
@@ -642,7 +669,7 @@ def annealed(
     require_categorical(data, name)
     if MARGINALS not in family.candidates or not family.needs_measurements or family.releases != "records":
         raise ValueError(
-            f"{type(family).__name__} does not fit AIMSelection: it measures whole marginals and "
+            f"{type(family).__name__} does not fit {type(select).__name__}: it measures whole marginals and "
             "releases records"
         )
     if compress is not None:
@@ -651,6 +678,7 @@ def annealed(
             raise ValueError("compress: a compressed domain cannot use public data over the declared one")
     n = len(data)
     rule = select.bind(workload, relation=relation, n_records=n, rounds=rounds, noise=noise)
+    plan = rule.planned(plan)
     family = family.bind(
         (_class_shape(rule),),
         domain=data.domain,

@@ -17,6 +17,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from jaxdp.domain import Dataset
+from jaxdp.families.compression import Compression
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Neighboring
 
@@ -65,8 +66,9 @@ class MechanismSpec:
             takes `relation=`, the others take none (replace-one: n public).
         real_numeric: takes numeric columns as real values (rap++); the others see each numeric
             column of a table schema as its bins (`jaxdp.binning`).
-        compresses: takes `compress=` (`jaxdp.families.Compression` or None) and reports what
-            it merged (the report's `compression`).
+        compression: the mechanism takes `compress=` (a `jaxdp.families.Compression` or None)
+            and reports what it merged (the report's `compression`); this is the compression the
+            command line's `--compress THRESHOLD` sets the threshold of. None: no `compress=`.
     """
 
     factory: Callable[..., Any]
@@ -81,7 +83,7 @@ class MechanismSpec:
     relations: tuple[Neighboring, ...] = (Neighboring.REPLACE_ONE,)
     real_numeric: bool = False
     per_round: int = 1
-    compresses: bool = False
+    compression: Compression | None = None
 
 
 MECHANISMS: dict[str, MechanismSpec] = {}

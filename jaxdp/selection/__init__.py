@@ -17,12 +17,15 @@ budget and composes it with a measurement and a family.
   baselines).
 - `AIMSelection`: AIM's weighted L1 score with budget annealing and a privacy filter (AIM,
   AIM-GEM); it drives its mechanism from the host, round by round.
+- `MSTSelection`: MST's maximum spanning tree of pairs, picked by their L1 error against the
+  1-way model on a fixed budget (MST); driven from the host like AIM's (both are `HostRule`s).
 
 See `jaxdp.selection.rules` for writing a rule of your own.
 """
 
-from jaxdp.selection.annealed import AIMSelection, RoundRecord
+from jaxdp.selection.annealed import AIMSelection, HostRule, RoundRecord
 from jaxdp.selection.games import SignedError, SignedErrorSamples
+from jaxdp.selection.mst import MSTSelection
 from jaxdp.selection.rules import (
     GRID_MAX_RECORDS,
     GRID_STEPS_PER_COUNT,
@@ -49,7 +52,9 @@ __all__ = [
     "GRID_STEPS_PER_COUNT",
     "AIMSelection",
     "Everything",
+    "HostRule",
     "L1Error",
+    "MSTSelection",
     "MaxError",
     "QueryError",
     "RoundRecord",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import ClassVar, NamedTuple
 
 import jax
@@ -197,7 +198,198 @@ def grid_quality_steps(
 
 
 @pytree_dataclass
-class AIMSelection:
+class HostRule:
+    """What a rule that schedules its own rounds from the host shares (AIM's and MST's), driven
+    by `jaxdp.mechanisms.annealed.Annealed`: round 0 measures every 1-way candidate in one
+    Gaussian draw; each later round picks one candidate by the exponential mechanism on its
+    weighted L1 error against the model's answers and measures it with Gaussian noise. A
+    subclass says how the rounds are budgeted (`start`, `round_parameters`, `anneal_or_finish`),
+    which candidates a round may pick (`allowed`), and whether the model is refitted between
+    rounds (`refits`).
+
+    Bound by `bind` to the candidates, their weights, the most rounds (round 0 included), the
+    relation's sensitivities in counts and the noise.
+    """
+
+    candidates: MarginalWorkload | None = static_field(default=None)
+    weights: tuple[float, ...] = static_field(default=())
+    max_rounds: int = static_field(default=0)
+    l1_sensitivity: float = static_field(default=1.0)
+    l2_sensitivity: float = static_field(default=1.0)
+    noise: str = static_field(default="discrete")
+
+    kind: ClassVar[str] = MARGINALS
+    relations: ClassVar[tuple[Neighboring, ...]] = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)
+    # whether the family refits after every round (else only after round 0 and the last)
+    refits: ClassVar[bool] = True
+    # whether the score subtracts the measurement's expected L1 noise sqrt(2/pi) sigma n_r
+    noise_penalty: ClassVar[bool] = True
+    # whether `Annealed.error_bounds` (AIM's Section 5, which needs its score) applies
+    has_error_bounds: ClassVar[bool] = False
+
+    def _bound(
+        self,
+        candidates: MarginalWorkload,
+        weights,
+        max_rounds: int,
+        *,
+        relation: Neighboring,
+        n_records: int,
+        noise: str,
+    ):
+        """This rule with its candidates, weights, rounds and the relation's sensitivities set."""
+        l1, l2 = marginal_sensitivity(relation, n_records)
+        scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n_records)
+        return dataclasses.replace(
+            self,
+            candidates=candidates,
+            weights=tuple(float(w) for w in weights),
+            max_rounds=max_rounds,
+            l1_sensitivity=l1 * scale,
+            l2_sensitivity=l2 * scale,
+            noise=noise,
+        )
+
+    # -- the candidates ---------------------------------------------------------------------
+
+    def one_way(self) -> list[int]:
+        """The 1-way candidates (measured together in round 0)."""
+        return [i for i, c in enumerate(self.candidates.cliques) if len(c) == 1]
+
+    def span(self, i: int) -> slice:
+        """Candidate i's cells in the candidates' flat counts."""
+        start = self.candidates.offsets[i]
+        return slice(start, start + self.candidates.cells[i])
+
+    @property
+    def largest_measurement(self) -> int:
+        """The most entries one measurement can have: a candidate, or round 0's 1-way marginals."""
+        return max(max(self.candidates.cells), sum(self.candidates.cells[i] for i in self.one_way()))
+
+    def allowed(self, picked: Sequence[int]) -> np.ndarray | None:
+        """(n_candidates,) bool the candidates the next round may pick after `picked` (the
+        candidates picked so far, in order), or None for every one. Public: it reads picks."""
+        del picked
+        return None
+
+    # -- the schedule -----------------------------------------------------------------------
+
+    @property
+    def measure_primitive(self) -> str:
+        return MEASURE_PRIMITIVE[self.noise]
+
+    @property
+    def select_primitive(self) -> str:
+        return SELECT_PRIMITIVE[self.noise]
+
+    def planned(self, plan: Plan) -> Plan:
+        """The plan fixed before the run: the budget alone where the rounds' charges are decided
+        as it goes (a filter's realised plan is checked instead)."""
+        return plan
+
+    def measure_sigma(self, rho: float) -> float:
+        """sigma (counts) of a marginal's measurement costing at most `rho` (`noise.count_sigma`)."""
+        return noise.count_sigma(self.l2_sensitivity, rho, self.noise)
+
+    def one_way_measurement(self, sigma: float) -> tuple[float, float]:
+        """Round 0's (L2 sensitivity, sigma): the 1-way candidates measured together (L2
+        sensitivity sqrt(d1) times a marginal's; the papers' d1 separate measurements, same
+        noise and cost)."""
+        sensitivity = math.sqrt(len(self.one_way())) * self.l2_sensitivity
+        sigma = float32_ceil(sigma)
+        if self.noise == "discrete":  # the exact sampler's floor; a larger sigma costs less
+            sigma = max(sigma, samplers.SIGMA_MIN)
+        return sensitivity, sigma
+
+    def after_one_way(self, schedule: Schedule, sensitivity: float, sigma: float) -> Schedule:
+        """The schedule once round 0 is measured."""
+        charge = (noise.PRIMITIVES.index(self.measure_primitive), sensitivity, sigma)
+        return schedule._replace(charges=(charge,))
+
+    def after_round(self, schedule: Schedule, delta_t: float, scale: float, sigma: float) -> Schedule:
+        """The schedule after a select + measure round: its two charges added."""
+        charges = (
+            *schedule.charges,
+            (noise.PRIMITIVES.index(self.select_primitive), delta_t, scale),
+            (noise.PRIMITIVES.index(self.measure_primitive), self.l2_sensitivity, sigma),
+        )
+        return schedule._replace(charges=charges)
+
+    @staticmethod
+    def learned(after: np.ndarray, before: np.ndarray, sigma: float) -> bool:
+        """Algorithm 4's test: did the model's answer on the picked marginal move by more than
+        the measurement's expected L1 noise sqrt(2/pi) sigma n_r?"""
+        moved = float(np.abs(np.asarray(after, np.float64) - np.asarray(before, np.float64)).sum())
+        return moved > SQRT_2_OVER_PI * sigma * len(before)
+
+    def realised_plan(self, schedule: Schedule, plan: Plan) -> Plan:
+        """The plan the run followed: one charge per primitive invoked, within the budget."""
+        realised = Plan(plan.rho_budget, plan.epsilon, plan.delta, plan.conversion)
+        for i, (code, sensitivity, scale) in enumerate(schedule.charges):
+            primitive = noise.PRIMITIVES[code]
+            label = "measure 1-way marginals" if i == 0 else f"{primitive} (round {(i + 1) // 2})"
+            realised = realised.with_charge(PlannedCharge(label, primitive, sensitivity, scale))
+        return realised.check()
+
+    def idle(self) -> tuple[Charge, Charge]:
+        """The (selection, measurement) charges of a round that draws neither (count 0)."""
+        return noise.idle(self.select_primitive), noise.idle(self.measure_primitive)
+
+    # -- the selection ----------------------------------------------------------------------
+
+    def __call__(
+        self,
+        key: Key,
+        counts: Sensitive,
+        model_counts: np.ndarray,
+        mask: np.ndarray,
+        sigma: float,
+        rho_select: float,
+    ) -> tuple[int, Charge, float, float]:
+        """The exponential mechanism over the masked candidates C_t on the weighted L1 score
+        (AIM's quality score; without its noise penalty where `noise_penalty` is False).
+
+        Args:
+            key: the round's SELECT stream key.
+            counts: private (candidates.n_queries,) int32 true counts of every candidate.
+            model_counts: (candidates.n_queries,) the model's counts (public).
+            mask: (n_candidates,) bool C_t; sigma: the round's noise; rho_select: its cost.
+
+        Returns:
+            (the picked candidate, Charge, Delta_t, the selection scale 2 Delta_t / epsilon_t).
+
+        Privacy:
+            Reads the true counts; one exponential mechanism (`noise.select_grid` on exact
+            integer scores, or `noise.select` under noise="float").
+        """
+        weights = np.asarray(self.weights)
+        delta_t = self.l1_sensitivity * float(weights[mask].max())
+        scale = gumbel_scale(delta_t, rho_select)
+        penalty_sigma = sigma if self.noise_penalty else 0.0
+        settings = dict(scale=scale, sensitivity=delta_t, noise=self.noise, mask=jnp.asarray(mask))
+        if self.noise == "discrete":  # exact int64 scores on the host (`grid_quality_scores`)
+            steps = counts.map(
+                lambda c: jnp.asarray(
+                    grid_quality_scores(
+                        np.asarray(c),
+                        model_counts,
+                        self.candidates,
+                        weights,
+                        mask,
+                        penalty_sigma,
+                        self.l1_sensitivity,
+                    )
+                )
+            )
+            choice, charge = noise.select_grid(key, steps, **settings)
+        else:
+            scores = counts.map(quality_scores, model_counts, self.candidates, weights, penalty_sigma)
+            choice, charge = noise.select(key, scores, **settings)
+        return int(choice), charge, delta_t, scale
+
+
+@pytree_dataclass
+class AIMSelection(HostRule):
     """AIM's selection, budget annealing and privacy filter (module docstring).
 
     Args:
@@ -222,15 +414,8 @@ class AIMSelection:
     """
 
     alpha: float = static_field(default=0.9)
-    candidates: MarginalWorkload | None = static_field(default=None)
-    weights: tuple[float, ...] = static_field(default=())
-    max_rounds: int = static_field(default=0)
-    l1_sensitivity: float = static_field(default=1.0)
-    l2_sensitivity: float = static_field(default=1.0)
-    noise: str = static_field(default="discrete")
 
-    kind: ClassVar[str] = MARGINALS
-    relations: ClassVar[tuple[Neighboring, ...]] = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)
+    has_error_bounds: ClassVar[bool] = True
 
     def bind(
         self,
@@ -263,44 +448,15 @@ class AIMSelection:
                 f"rounds (AIM's T; max_rounds of jaxdp.aim and jaxdp.aim_gem) must be at least {least} "
                 f"for a workload over {one_way} attributes, got {max_rounds}"
             )
-        l1, l2 = marginal_sensitivity(relation, n_records)
-        scale = 1.0 if relation is Neighboring.ADD_REMOVE else float(n_records)
-        return dataclasses.replace(
-            self,
-            alpha=alpha,
-            candidates=candidates,
-            weights=tuple(float(w) for w in aim_weights(workload, candidates)),
-            max_rounds=max_rounds,
-            l1_sensitivity=l1 * scale,
-            l2_sensitivity=l2 * scale,
+        bound = self._bound(
+            candidates,
+            aim_weights(workload, candidates),
+            max_rounds,
+            relation=relation,
+            n_records=n_records,
             noise=noise,
         )
-
-    # -- the candidates ---------------------------------------------------------------------
-
-    def one_way(self) -> list[int]:
-        """The 1-way candidates (measured together in round 0)."""
-        return [i for i, c in enumerate(self.candidates.cliques) if len(c) == 1]
-
-    def span(self, i: int) -> slice:
-        """Candidate i's cells in the candidates' flat counts."""
-        start = self.candidates.offsets[i]
-        return slice(start, start + self.candidates.cells[i])
-
-    @property
-    def largest_measurement(self) -> int:
-        """The most entries one measurement can have: a candidate, or round 0's 1-way marginals."""
-        return max(max(self.candidates.cells), sum(self.candidates.cells[i] for i in self.one_way()))
-
-    # -- the schedule -----------------------------------------------------------------------
-
-    @property
-    def measure_primitive(self) -> str:
-        return MEASURE_PRIMITIVE[self.noise]
-
-    @property
-    def select_primitive(self) -> str:
-        return SELECT_PRIMITIVE[self.noise]
+        return dataclasses.replace(bound, alpha=alpha)
 
     def start(self, rho_budget: float) -> Schedule:
         """The schedule before round 0: (sigma_0, epsilon_0) calibrated as if the run lasted T
@@ -328,41 +484,6 @@ class AIMSelection:
             sigma, epsilon = self.final_parameters(rho_budget - schedule.rho_spent)
         return sigma, epsilon, epsilon**2 / 8.0, self.l2_sensitivity**2 / (2.0 * sigma**2), final
 
-    def measure_sigma(self, rho: float) -> float:
-        """sigma (counts) of a marginal's measurement costing at most `rho` (`noise.count_sigma`)."""
-        return noise.count_sigma(self.l2_sensitivity, rho, self.noise)
-
-    def one_way_measurement(self, sigma: float) -> tuple[float, float]:
-        """Round 0's (L2 sensitivity, sigma): the 1-way candidates measured together (L2
-        sensitivity sqrt(d1) times a marginal's; the paper's d1 separate measurements, same
-        noise and cost)."""
-        sensitivity = math.sqrt(len(self.one_way())) * self.l2_sensitivity
-        sigma = float32_ceil(sigma)
-        if self.noise == "discrete":  # the exact sampler's floor; a larger sigma costs less
-            sigma = max(sigma, samplers.SIGMA_MIN)
-        return sensitivity, sigma
-
-    def after_one_way(self, schedule: Schedule, sensitivity: float, sigma: float) -> Schedule:
-        """The schedule once round 0 is measured."""
-        charge = (noise.PRIMITIVES.index(self.measure_primitive), sensitivity, sigma)
-        return schedule._replace(charges=(charge,))
-
-    def after_round(self, schedule: Schedule, delta_t: float, scale: float, sigma: float) -> Schedule:
-        """The schedule after a select + measure round: its two charges added."""
-        charges = (
-            *schedule.charges,
-            (noise.PRIMITIVES.index(self.select_primitive), delta_t, scale),
-            (noise.PRIMITIVES.index(self.measure_primitive), self.l2_sensitivity, sigma),
-        )
-        return schedule._replace(charges=charges)
-
-    @staticmethod
-    def learned(after: np.ndarray, before: np.ndarray, sigma: float) -> bool:
-        """Algorithm 4's test: did the model's answer on the picked marginal move by more than
-        the measurement's expected L1 noise sqrt(2/pi) sigma n_r?"""
-        moved = float(np.abs(np.asarray(after, np.float64) - np.asarray(before, np.float64)).sum())
-        return moved > SQRT_2_OVER_PI * sigma * len(before)
-
     def anneal_or_finish(
         self, schedule: Schedule, *, changed: bool, rho_budget: float, rounds_done: int, rounds: int
     ) -> Schedule:
@@ -376,66 +497,3 @@ class AIMSelection:
         if remaining <= 2.0 * self.round_cost(sigma, epsilon) or rounds_done + 1 >= rounds:
             return schedule._replace(sigma=sigma, epsilon=None)
         return schedule._replace(sigma=sigma, epsilon=epsilon)
-
-    def realised_plan(self, schedule: Schedule, plan: Plan) -> Plan:
-        """The plan the filter followed: one charge per primitive invoked, within the budget."""
-        realised = Plan(plan.rho_budget, plan.epsilon, plan.delta, plan.conversion)
-        for i, (code, sensitivity, scale) in enumerate(schedule.charges):
-            primitive = noise.PRIMITIVES[code]
-            label = "measure 1-way marginals" if i == 0 else f"{primitive} (round {(i + 1) // 2})"
-            realised = realised.with_charge(PlannedCharge(label, primitive, sensitivity, scale))
-        return realised.check()
-
-    def idle(self) -> tuple[Charge, Charge]:
-        """The (selection, measurement) charges of a round that draws neither (count 0)."""
-        return noise.idle(self.select_primitive), noise.idle(self.measure_primitive)
-
-    # -- the selection ----------------------------------------------------------------------
-
-    def __call__(
-        self,
-        key: Key,
-        counts: Sensitive,
-        model_counts: np.ndarray,
-        mask: np.ndarray,
-        sigma: float,
-        rho_select: float,
-    ) -> tuple[int, Charge, float, float]:
-        """The exponential mechanism over the masked candidates C_t on AIM's quality score.
-
-        Args:
-            key: the round's SELECT stream key.
-            counts: private (candidates.n_queries,) int32 true counts of every candidate.
-            model_counts: (candidates.n_queries,) the model's counts (public).
-            mask: (n_candidates,) bool C_t; sigma: the round's noise; rho_select: its cost.
-
-        Returns:
-            (the picked candidate, Charge, Delta_t, the selection scale 2 Delta_t / epsilon_t).
-
-        Privacy:
-            Reads the true counts; one exponential mechanism (`noise.select_grid` on exact
-            integer scores, or `noise.select` under noise="float").
-        """
-        weights = np.asarray(self.weights)
-        delta_t = self.l1_sensitivity * float(weights[mask].max())
-        scale = gumbel_scale(delta_t, rho_select)
-        settings = dict(scale=scale, sensitivity=delta_t, noise=self.noise, mask=jnp.asarray(mask))
-        if self.noise == "discrete":  # exact int64 scores on the host (`grid_quality_scores`)
-            steps = counts.map(
-                lambda c: jnp.asarray(
-                    grid_quality_scores(
-                        np.asarray(c),
-                        model_counts,
-                        self.candidates,
-                        weights,
-                        mask,
-                        sigma,
-                        self.l1_sensitivity,
-                    )
-                )
-            )
-            choice, charge = noise.select_grid(key, steps, **settings)
-        else:
-            scores = counts.map(quality_scores, model_counts, self.candidates, weights, sigma)
-            choice, charge = noise.select(key, scores, **settings)
-        return int(choice), charge, delta_t, scale

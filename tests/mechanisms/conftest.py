@@ -55,6 +55,7 @@ FACTORIES = {
     ),
     "gem": lambda data, **kw: jaxdp.gem(data, _two_way(data), rounds=3, **SMALL_GENERATOR, **kw),
     "aim": lambda data, **kw: jaxdp.aim(data, _two_way(data), max_rounds=4, iters=20, final_iters=20, **kw),
+    "mst": lambda data, **kw: jaxdp.mst(data, _two_way(data), iters=20, final_iters=20, **kw),
     "aim-gem": lambda data, **kw: jaxdp.aim_gem(
         data,
         _two_way(data),
@@ -100,9 +101,9 @@ CASES = [
     if relation == "replace-one" or name not in REPLACE_ONE_ONLY
 ]
 # The quick tier runs the contract on every mechanism under its default relation (AIM's and
-# AIM-GEM's is add-remove); option variants and second relations run in the full tier.
+# AIM-GEM's and MST's is add-remove); option variants and second relations run in the full tier.
 VARIANTS = {"mwem-single-query", "pep-single-query", "fem-milp"}
-DEFAULT_ADD_REMOVE = {"aim", "aim-gem"}
+DEFAULT_ADD_REMOVE = {"aim", "aim-gem", "mst"}
 
 
 def _case_param(name: str, relation: str):
