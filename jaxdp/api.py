@@ -135,7 +135,7 @@ def synthesize(
         confidence: of the per-marginal error bounds (aim).
         mesh: count the records split over this mesh's devices (one axis "records":
             `jaxdp.queries.records_mesh()`; independent, gaussian, mwem, pep, pmw-pub, pep-pub,
-            rap, rap-softmax, gem, gem-pub, aim, aim-gem). The release equals the single-device
+            rap, rap-softmax, gem, gem-pub, aim, aim-gem, mst). The release equals the single-device
             one up to float summation order: noise is added once, to the summed counts.
         binning_share: the fraction of the budget's rho spent on private quantile bins, when
             the table schema asks for them (`"binning": "quantiles"`).

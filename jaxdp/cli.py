@@ -123,7 +123,7 @@ def _build_parser() -> argparse.ArgumentParser:
     synth.add_argument(
         "--relation",
         choices=[r.value for r in Neighboring],
-        help="neighbouring relation (default: the mechanism's own, add-remove for aim and aim-gem, "
+        help="neighbouring relation (default: the mechanism's own, add-remove for aim, aim-gem and mst, "
         "replace-one for the others; the report names it)",
     )
     synth.add_argument("--conversion", default="exact", choices=CONVERSIONS, help="zCDP to (eps, delta)")

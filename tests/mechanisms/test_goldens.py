@@ -168,15 +168,12 @@ def test_the_goldens_name_their_commit_and_every_case():
     assert set(CHANGED) == set(CASES)
 
 
-def test_the_goldens_hold_at_another_vector_width():
-    """XLA's CPU code follows the processor's vector width, so another machine rounds the fits'
-    sums in another order. SSE4.2's 128-bit vectors, which every x86-64 processor this suite runs
-    on has, round differently from the wider default of the machine running the suite: the goldens
-    must hold there too (in a subprocess, since XLA reads its flags once)."""
+def at_sse42(test: str) -> subprocess.CompletedProcess:
+    """`test` (a pytest node id) run in a subprocess whose XLA uses SSE4.2's 128-bit vectors."""
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_max_isa=SSE4_2".strip()
-    command = [sys.executable, "-m", "pytest", f"{__file__}::test_outputs_match_the_goldens"]
+    command = [sys.executable, "-m", "pytest", test]
     command += ["-n", "0", "-q", "-p", "no:cacheprovider", "-m", "full or not full"]
-    done = subprocess.run(
+    return subprocess.run(
         command,
         env={**os.environ, "XLA_FLAGS": flags},
         cwd=Path(__file__).resolve().parents[2],
@@ -184,5 +181,13 @@ def test_the_goldens_hold_at_another_vector_width():
         text=True,
         timeout=1800,
     )
+
+
+def test_the_goldens_hold_at_another_vector_width():
+    """XLA's CPU code follows the processor's vector width, so another machine rounds the fits'
+    sums in another order. SSE4.2's 128-bit vectors, which every x86-64 processor this suite runs
+    on has, round differently from the wider default of the machine running the suite: the goldens
+    must hold there too (in a subprocess, since XLA reads its flags once)."""
+    done = at_sse42(f"{__file__}::test_outputs_match_the_goldens")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert f"{len(CASES)} passed" in done.stdout
