@@ -185,13 +185,34 @@ class CompressedDomain(NamedTuple):
                 continue
             merged = np.flatnonzero(~keep)
             # one row of shares (padded to a power of two: few compiled shapes) and a spare row
-            table = np.zeros((2, padded_length(merged.size)), np.float32)
+            width = padded_length(merged.size)
+            table = np.zeros((2, width), np.float32)
             table[0, : merged.size] = self.spread[a][merged]
-            group = jnp.where(column == int(keep.sum()), 0, 1).astype(jnp.int32)
-            pick = systematic(
-                jax.random.fold_in(key, a), jnp.asarray(table), group, jnp.int32(merged.size), strata
+            values = np.zeros(width, np.int32)
+            values[: merged.size] = merged
+            # kept codes decode to their values (the merged code's entry is unused)
+            decode = np.append(np.flatnonzero(keep), 0).astype(np.int32)
+            columns.append(
+                _spread_column(
+                    jax.random.fold_in(key, a),
+                    table,
+                    column,
+                    int(keep.sum()),
+                    values,
+                    decode,
+                    merged.size,
+                    strata,
+                )
             )
-            # kept codes decode to their values; the merged code to the value its pick names
-            decode = jnp.asarray(np.append(np.flatnonzero(keep), 0), jnp.int32)
-            columns.append(jnp.where(group == 0, jnp.asarray(merged, jnp.int32)[pick], decode[column]))
         return jnp.stack(columns, axis=1).astype(jnp.int32)
+
+
+@jax.jit
+def _spread_column(key: Key, table, column: Array, merged_code, values, decode, size, strata: Array) -> Array:
+    """One attribute's codes over its declared values: the merged code (`merged_code`) becomes
+    the value `systematic` picks among `values` (the first `size`, by `table`'s first row); a kept
+    code decodes through `decode`. One compiled program per padded shape, where its operations
+    run one by one would compile each."""
+    group = jnp.where(column == merged_code, 0, 1).astype(jnp.int32)
+    pick = systematic(key, jnp.asarray(table), group, jnp.asarray(size, jnp.int32), strata)
+    return jnp.where(group == 0, jnp.asarray(values)[pick], jnp.asarray(decode)[column])
