@@ -122,7 +122,7 @@ def _answers(family: Family, model):
 
 @pytree_dataclass
 class Annealed:
-    """A mechanism driven by a filter rule (module docstring), built by `jaxdp.adaptive`.
+    """A mechanism driven by a host rule (module docstring), built by `jaxdp.adaptive`.
 
     Privacy:
         See the rule (`jaxdp.selection.AIMSelection`: rho-zCDP by the filter;
@@ -356,6 +356,7 @@ class Annealed:
         # Timings go to the log (bench/bench_aim.py reads them), never into State or Info,
         # which must be identical across runs with the same key.
         timing = {
+            "mechanism": self.name,
             "round": t,
             "eligible": int(mask.sum()),
             "filter_s": filter_s,
@@ -363,7 +364,7 @@ class Annealed:
             "fit_s": fit_s,
         }
         logger.debug(
-            "aim round %(round)d: |C_t|=%(eligible)d filter %(filter_s).3fs score %(score_s).3fs "
+            "%(mechanism)s round %(round)d: |C_t|=%(eligible)d filter %(filter_s).3fs score %(score_s).3fs "
             "fit %(fit_s).3fs",
             timing,
             extra={"aim_timing": timing},

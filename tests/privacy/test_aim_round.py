@@ -140,6 +140,13 @@ def _recorded_rounds(make) -> dict[str, tuple[Call, Call]]:
     round0 = [_step(m, m.init(stream_key(jax.random.key(0), Stream.INIT)), 0)[1] for m in mechanisms]
     prefix = _prefix(mechanisms[0])  # released values only: the same state for both datasets
     round1 = [_step(m, prefix, 1, _force_selection)[1] for m in mechanisms]
+    return paired_calls(round0, round1)
+
+
+def paired_calls(round0, round1) -> dict[str, tuple[Call, Call]]:
+    """{part: (call on D, call on D')} from the calls recorded on D and D' in round 0 (one
+    measurement) and round 1 (a selection, then a measurement), after checking that every noise
+    parameter passed is the same on both (they are public)."""
     assert [c.primitive for c in round0[0]] == [MEASURE]
     assert [c.primitive for c in round1[0]] == [SELECT, MEASURE]
     parts = {
@@ -147,7 +154,7 @@ def _recorded_rounds(make) -> dict[str, tuple[Call, Call]]:
         "selection": (round1[0][0], round1[1][0]),
         "measurement": (round1[0][1], round1[1][1]),
     }
-    for part, (call, call_prime) in parts.items():  # the noise parameters are public
+    for part, (call, call_prime) in parts.items():
         assert call.kwargs.keys() == call_prime.kwargs.keys(), part
         for name, value in call.kwargs.items():
             np.testing.assert_array_equal(np.asarray(value), np.asarray(call_prime.kwargs[name]), part)

@@ -39,7 +39,7 @@ import jaxdp
 from jaxdp.keys import Stream, stream_key
 from jaxdp.queries import all_kway
 
-from .test_aim_round import MEASURE, SELECT, Call, _claim, _replay, _reveal, _scores, _step
+from .test_aim_round import SELECT, Call, _claim, _replay, _reveal, _scores, _step, paired_calls
 from .test_empirical_dp import selection_attack, threshold_attack
 from .test_mechanism_rounds import FAST_DELTA, N_FAST
 
@@ -97,18 +97,7 @@ def _recorded_rounds(make) -> dict[str, tuple[Call, Call]]:
         return jnp.int32(pair) if primitive == SELECT else output
 
     round1 = [_step(m, prefix, 1, force)[1] for m in mechanisms]
-    assert [c.primitive for c in round0[0]] == [MEASURE]
-    assert [c.primitive for c in round1[0]] == [SELECT, MEASURE]
-    parts = {
-        "round 0 measurement": (round0[0][0], round0[1][0]),
-        "selection": (round1[0][0], round1[1][0]),
-        "measurement": (round1[0][1], round1[1][1]),
-    }
-    for part, (call, call_prime) in parts.items():  # the noise parameters are public
-        assert call.kwargs.keys() == call_prime.kwargs.keys(), part
-        for name, value in call.kwargs.items():
-            np.testing.assert_array_equal(np.asarray(value), np.asarray(call_prime.kwargs[name]), part)
-    return parts
+    return paired_calls(round0, round1)
 
 
 def _bound(part: str, calls: tuple[Call, Call], seed: int, sigma: float) -> float:
