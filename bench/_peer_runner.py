@@ -84,15 +84,15 @@ def smartnoise(
 
 
 def dpmm_run(mechanism: str, df: pd.DataFrame, sizes: dict, args) -> tuple[pd.DataFrame, float, float, dict]:
-    from dpmm.pipelines import AIMPipeline, MSTPipeline
+    from dpmm.pipelines import AIMPipeline, MSTPipeline, PrivBayesPipeline
 
     if mechanism == "aim":
         # degree 3, no cell cap: every 3-way marginal; rounds default (16 x attributes)
         gen_kwargs = {"degree": 3, "max_cells": 10**9}
         cls = AIMPipeline
-    else:
+    else:  # MST, PrivBayes: the library's defaults (PrivBayes: degree 2, one parent each)
         gen_kwargs = {}
-        cls = MSTPipeline
+        cls = MSTPipeline if mechanism == "mst" else PrivBayesPipeline
     # disable_processing: the table is already integer-coded; the binner would otherwise spend
     # proc_epsilon on private bins. The domain is passed explicitly (dpmm infers max+1 from the
     # data when it is not given).
@@ -117,7 +117,7 @@ def dpmm_run(mechanism: str, df: pd.DataFrame, sizes: dict, args) -> tuple[pd.Da
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", choices=("smartnoise", "dpmm"), required=True)
-    parser.add_argument("--mechanism", choices=("aim", "mst"), required=True)
+    parser.add_argument("--mechanism", choices=("aim", "mst", "privbayes"), required=True)
     parser.add_argument("--data", required=True)
     parser.add_argument("--domain", required=True)
     parser.add_argument("--epsilon", type=float, required=True)

@@ -1,4 +1,5 @@
-"""End-to-end peers: jaxdp's AIM, AIM-GEM, GEM and MST against SmartNoise's and dpmm's AIM and MST.
+"""End-to-end peers: jaxdp's AIM, AIM-GEM, GEM, MST and PrivBayes against SmartNoise's and dpmm's
+AIM and MST and dpmm's PrivBayes.
 
 Issue #17. One run, one table, one workload, one budget: the 6-attribute ADULT projection (age,
 education-num, marital-status, occupation, sex, income>50K; 48,842 records; data from
@@ -7,10 +8,10 @@ epsilon 1, delta 1e-9, add/remove neighbours (the AIM paper's relation; what eac
 is recorded with its rows). Every run is a whole process, timed from outside (start, imports,
 data load, fit, sample, write):
 
-- jaxdp: `python -m jaxdp synth --mechanism {aim,aim-gem,gem,mst} ... --relation R`, with an
+- jaxdp: `python -m jaxdp synth --mechanism {aim,aim-gem,gem,mst,privbayes} ... --relation R`, with an
   empty compile cache per run (a fresh JAXDP_CACHE_DIR: first run, empty cache). R is
-  add-remove for AIM, AIM-GEM and MST; GEM supports only replace-one (it refuses add-remove), so it
-  runs under replace-one, a different relation, and its rows say so.
+  add-remove for AIM, AIM-GEM and MST; GEM and PrivBayes support only replace-one (they refuse
+  add-remove), so they run under replace-one, a different relation, and their rows say so.
 - peers: `bench/_peer_runner.py` under the peers' own environment (default /work/peers-venv,
   `pip install -r bench/peers-requirements.txt`; it imports nothing from jaxdp), which also
   reports its own fit and sample seconds. Each peer is given the declared domain.
@@ -69,6 +70,8 @@ RUNS = (
     ("jaxdp", "gem"),
     ("jaxdp", "mst"),
     ("dpmm", "mst"),
+    ("jaxdp", "privbayes"),
+    ("dpmm", "privbayes"),
     ("smartnoise+shim", "mst"),
     ("smartnoise", "mst"),
 )
@@ -76,17 +79,25 @@ RUNS = (
 EXTRA_RUNS = (("dpmm+nocompress", "aim"), ("jaxdp+nocompress", "aim"))
 
 # jaxdp's relation per mechanism (GEM supports replace-one only)
-JAXDP_RELATION = {"aim": "add-remove", "aim-gem": "add-remove", "gem": "replace-one", "mst": "add-remove"}
+JAXDP_RELATION = {
+    "aim": "add-remove",
+    "aim-gem": "add-remove",
+    "gem": "replace-one",
+    "mst": "add-remove",
+    "privbayes": "replace-one",
+}
 
 # What each library assumes, from its code (recorded with every row).
 ASSUMPTIONS = {
-    "jaxdp": "relation passed explicitly (--relation; add-remove for aim and aim-gem, replace-one for "
-    "gem, its only relation); discrete Gaussian and "
+    "jaxdp": "relation passed explicitly (--relation; add-remove for aim, aim-gem and mst, replace-one "
+    "for gem and privbayes, their only relation); discrete Gaussian and "
     "exact exponential mechanism; zCDP to (eps, delta) by the exact conversion; domain declared",
     "dpmm": "add/remove (marginal L2 sensitivity 1, quality-score sensitivity = workload weight, as "
     "the AIM/MST papers); float Gaussian noise (NumPy RandomState); rho = cdp_rho(eps, delta); "
     "domain passed to fit() (without it dpmm infers max+1 from the private data); processing "
-    "disabled (table already integer-coded); compress=True (library default; False for dpmm+nocompress)",
+    "disabled (table already integer-coded); compress=True (library default; False for dpmm+nocompress); "
+    "PrivBayes: its defaults (degree 2: one parent; normalised mutual information scored with the "
+    "paper's mutual-information sensitivity; Gaussian measurements of L2 sensitivity 1)",
     "smartnoise": "add/remove (as the AIM/MST papers); float Gaussian noise (NumPy global "
     "generator); rho = cdp_rho(eps, delta); domain declared through a TableTransformer fitted on "
     "a public frame listing every code (fitting it on the data would read the categories off "

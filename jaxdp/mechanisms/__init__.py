@@ -3,7 +3,7 @@
 `adaptive` composes a selection rule, a measurement and a family into a mechanism (an `Adaptive`,
 or for AIM's filter rule an `Annealed`); every shipped mechanism is a preset of it: MWEM, PEP,
 PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent, Gaussian,
-AIM, AIM-GEM and MST.
+AIM, AIM-GEM, MST and PrivBayes.
 """
 
 from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, QueryClass, adaptive
@@ -18,6 +18,7 @@ from jaxdp.mechanisms.independent import independent
 from jaxdp.mechanisms.mst import mst
 from jaxdp.mechanisms.mwem import mwem, pmw_pub
 from jaxdp.mechanisms.pep import pep, pep_pub
+from jaxdp.mechanisms.privbayes import privbayes
 from jaxdp.mechanisms.rap import rap, rap_softmax
 from jaxdp.mechanisms.rap_plus import rap_plus_plus
 
@@ -43,6 +44,7 @@ __all__ = [
     "pep",
     "pep_pub",
     "pmw_pub",
+    "privbayes",
     "rap",
     "rap_plus_plus",
     "rap_softmax",

@@ -181,6 +181,7 @@ class Annealed:
             n_records=self.n_records,
             rounds=self.selection.max_rounds,
             noise=self.noise,
+            rho_budget=self.plan.rho_budget,
         )
         family = self.family.bind(
             (_class_shape(selection),),
@@ -271,8 +272,8 @@ class Annealed:
         """Round 0: every 1-way candidate measured in one draw; then, with `compression`, the
         domain compressed by their noisy counts (post-processing) and the run's parts rebound."""
         rule = self.selection
-        ones = rule.one_way()
-        sensitivity, sigma = rule.one_way_measurement(state.schedule.sigma)
+        ones = rule.opening(stream_key(key, Stream.SELECT))
+        sensitivity, sigma = rule.one_way_measurement(state.schedule.sigma, len(ones))
         index = np.concatenate([np.arange(rule.span(i).start, rule.span(i).stop) for i in ones])
         noisy, charge = self._measure(self._declared, key, index, sigma=sigma, sensitivity=sensitivity)
         compressed, model, scales = None, state.model, sigma
@@ -334,7 +335,13 @@ class Annealed:
         answered = self._answers(parts, state.model, mask)
         model_counts = answered.astype(np.float32)
         choice, select_charge, delta_t, scale = rule(
-            stream_key(key, Stream.SELECT), parts.counts, model_counts, mask, sigma, rho_select
+            stream_key(key, Stream.SELECT),
+            parts.counts,
+            model_counts,
+            mask,
+            sigma,
+            rho_select,
+            measured=[m.clique for m in state.measurements],
         )
         score_s = time.perf_counter() - started
 
@@ -416,7 +423,7 @@ class Annealed:
         mask = np.ones(len(rule.candidates), bool)
         for allowed in (
             parts.family.eligible(state.model, budget_used),
-            rule.allowed([r.selected for r in state.records]),
+            rule.allowed([m.clique for m in state.measurements]),
         ):
             if allowed is not None:
                 mask &= np.asarray(allowed, bool)
@@ -678,7 +685,9 @@ def annealed(
         if public is not None:
             raise ValueError("compress: a compressed domain cannot use public data over the declared one")
     n = len(data)
-    rule = select.bind(workload, relation=relation, n_records=n, rounds=rounds, noise=noise)
+    rule = select.bind(
+        workload, relation=relation, n_records=n, rounds=rounds, noise=noise, rho_budget=plan.rho_budget
+    )
     plan = rule.planned(plan)
     family = family.bind(
         (_class_shape(rule),),

@@ -19,6 +19,9 @@ budget and composes it with a measurement and a family.
   AIM-GEM); it drives its mechanism from the host, round by round.
 - `MSTSelection`: MST's maximum spanning tree of pairs, picked by their L1 error against the
   1-way model on a fixed budget (MST); driven from the host like AIM's (both are `HostRule`s).
+- `PrivBayesSelection`: PrivBayes's greedy Bayesian network, each attribute's parents picked by
+  their dependence (the score R) within theta-usefulness, on a fixed budget (PrivBayes; a
+  `HostRule` too).
 
 See `jaxdp.selection.rules` for writing a rule of your own.
 """
@@ -26,6 +29,7 @@ See `jaxdp.selection.rules` for writing a rule of your own.
 from jaxdp.selection.annealed import AIMSelection, HostRule, RoundRecord
 from jaxdp.selection.games import SignedError, SignedErrorSamples
 from jaxdp.selection.mst import MSTSelection
+from jaxdp.selection.privbayes import PrivBayesSelection
 from jaxdp.selection.rules import (
     GRID_MAX_RECORDS,
     GRID_STEPS_PER_COUNT,
@@ -56,6 +60,7 @@ __all__ = [
     "L1Error",
     "MSTSelection",
     "MaxError",
+    "PrivBayesSelection",
     "QueryError",
     "RoundRecord",
     "Rule",

@@ -130,6 +130,15 @@ def grid_quality_scores(
     best - 2^30) - best, in [-2^30, 0] (masked candidates get -2^30), what the sampler takes."""
     mask = np.asarray(mask, bool)
     quality = grid_quality_steps(true_counts, model_counts, candidates, weights, mask, sigma, l1_sensitivity)
+    return relative_to_best(quality, mask)
+
+
+def relative_to_best(quality: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(n,) int32 integer scores `quality` relative to the best masked one, max(Q_r, best - 2^30)
+    - best in [-2^30, 0] (-2^30 where masked out): what the exact sampler takes. If each Q_r
+    moves by at most GRID_STEPS between neighbours, so does each of these (a max of two such
+    functions, less one), and the shift by the best leaves the exponential mechanism's law
+    unchanged."""
     best = quality[mask].max()
     relative = np.maximum(quality, best - noise.GRID_LIMIT) - best
     return np.where(mask, relative, -noise.GRID_LIMIT).astype(np.int32)
@@ -266,10 +275,16 @@ class HostRule:
         """The most entries one measurement can have: a candidate, or round 0's 1-way marginals."""
         return max(max(self.candidates.cells), sum(self.candidates.cells[i] for i in self.one_way()))
 
-    def allowed(self, picked: Sequence[int]) -> np.ndarray | None:
-        """(n_candidates,) bool the candidates the next round may pick after `picked` (the
-        candidates picked so far, in order), or None for every one. Public: it reads picks."""
-        del picked
+    def opening(self, key: Key) -> list[int]:
+        """The candidates round 0 measures together: every 1-way candidate. `key` (round 0's
+        SELECT stream, which no private draw uses) is for a rule that picks them at random."""
+        del key
+        return self.one_way()
+
+    def allowed(self, measured: Sequence[tuple[int, ...]]) -> np.ndarray | None:
+        """(n_candidates,) bool the candidates the next round may pick, given the cliques
+        `measured` so far (in order), or None for every one. Public: it reads released picks."""
+        del measured
         return None
 
     # -- the schedule -----------------------------------------------------------------------
@@ -291,11 +306,11 @@ class HostRule:
         """sigma (counts) of a marginal's measurement costing at most `rho` (`noise.count_sigma`)."""
         return noise.count_sigma(self.l2_sensitivity, rho, self.noise)
 
-    def one_way_measurement(self, sigma: float) -> tuple[float, float]:
-        """Round 0's (L2 sensitivity, sigma): the 1-way candidates measured together (L2
-        sensitivity sqrt(d1) times a marginal's; the papers' d1 separate measurements, same
+    def one_way_measurement(self, sigma: float, count: int) -> tuple[float, float]:
+        """Round 0's (L2 sensitivity, sigma): its `count` 1-way candidates measured together (L2
+        sensitivity sqrt(count) times a marginal's; the papers' separate measurements, same
         noise and cost)."""
-        sensitivity = math.sqrt(len(self.one_way())) * self.l2_sensitivity
+        sensitivity = math.sqrt(count) * self.l2_sensitivity
         sigma = float32_ceil(sigma)
         if self.noise == "discrete":  # the exact sampler's floor; a larger sigma costs less
             sigma = max(sigma, samplers.SIGMA_MIN)
@@ -345,6 +360,7 @@ class HostRule:
         mask: np.ndarray,
         sigma: float,
         rho_select: float,
+        measured: Sequence[tuple[int, ...]] = (),
     ) -> tuple[int, Charge, float, float]:
         """The exponential mechanism over the masked candidates C_t on the weighted L1 score
         (AIM's quality score; without its noise penalty where `noise_penalty` is False).
@@ -354,6 +370,8 @@ class HostRule:
             counts: private (candidates.n_queries,) int32 true counts of every candidate.
             model_counts: (candidates.n_queries,) the model's counts (public).
             mask: (n_candidates,) bool C_t; sigma: the round's noise; rho_select: its cost.
+            measured: the cliques measured so far (unused here; a rule whose score depends on
+                them reads them).
 
         Returns:
             (the picked candidate, Charge, Delta_t, the selection scale 2 Delta_t / epsilon_t).
@@ -362,6 +380,7 @@ class HostRule:
             Reads the true counts; one exponential mechanism (`noise.select_grid` on exact
             integer scores, or `noise.select` under noise="float").
         """
+        del measured
         weights = np.asarray(self.weights)
         delta_t = self.l1_sensitivity * float(weights[mask].max())
         scale = gumbel_scale(delta_t, rho_select)
@@ -425,6 +444,7 @@ class AIMSelection(HostRule):
         n_records: int,
         rounds: int | None,
         noise: str,
+        rho_budget: float,
     ) -> AIMSelection:
         """This rule over `workload`'s downward closure for a run of at most `rounds` rounds,
         round 0 included (None: 16 d).
@@ -433,6 +453,7 @@ class AIMSelection(HostRule):
             ValueError: alpha outside (0, 1), or rounds below the workload's attribute count (or
             below 2).
         """
+        del rho_budget  # AIM calibrates its rounds in `start`
         d = len(workload.sizes)
         max_rounds = 16 * d if rounds is None else _checks.positive_int(rounds, "rounds")
         alpha = _checks.fraction(self.alpha, "alpha")

@@ -67,6 +67,7 @@ class MSTSelection(HostRule):
         n_records: int,
         rounds: int | None,
         noise: str,
+        rho_budget: float,
     ) -> MSTSelection:
         """This rule over the workload's attributes (module docstring).
 
@@ -74,6 +75,7 @@ class MSTSelection(HostRule):
             ValueError: rounds given (MST's are fixed: one per attribute), or fewer than 2
             attributes (no tree to select).
         """
+        del rho_budget  # the shares are fixed: `start`, `round_parameters`
         d = len(workload.sizes)
         if rounds is not None and rounds != d:
             raise ValueError(
@@ -127,7 +129,9 @@ class MSTSelection(HostRule):
 
     def planned(self, plan: Plan) -> Plan:
         """Every charge of the run, fixed before it (BudgetExceededError if over the budget)."""
-        sensitivity, sigma = self.one_way_measurement(self._one_way_sigma(plan.rho_budget))
+        sensitivity, sigma = self.one_way_measurement(
+            self._one_way_sigma(plan.rho_budget), len(self.one_way())
+        )
         edge_sigma = self.measure_sigma(THIRD * plan.rho_budget / self.edges)
         select_scale = gumbel_scale(self.l1_sensitivity, THIRD * plan.rho_budget / self.edges)
         charges = (
@@ -143,8 +147,8 @@ class MSTSelection(HostRule):
             plan = plan.with_charge(charge)
         return plan.check()
 
-    def allowed(self, picked: Sequence[int]) -> np.ndarray:
-        """The pairs that join two components of the forest the picked pairs make (Kruskal's
+    def allowed(self, measured: Sequence[tuple[int, ...]]) -> np.ndarray:
+        """The pairs that join two components of the forest the measured pairs make (Kruskal's
         rule): a tree after d - 1 rounds."""
         component = list(range(len(self.candidates.sizes)))
 
@@ -154,9 +158,10 @@ class MSTSelection(HostRule):
                 a = component[a]
             return a
 
-        for i in picked:
-            a, b = self.candidates.cliques[i]
-            component[root(a)] = root(b)
+        for clique in measured:
+            if len(clique) == 2:
+                a, b = clique
+                component[root(a)] = root(b)
         return np.array(
             [len(c) == 2 and root(c[0]) != root(c[1]) for c in self.candidates.cliques],
             bool,

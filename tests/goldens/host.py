@@ -1,4 +1,5 @@
-"""Goldens of the mechanisms driven from the host (`Annealed`: AIM, MST), and their recorder.
+"""Goldens of the mechanisms driven from the host (`Annealed`: AIM, MST, PrivBayes), and their
+recorder.
 
 The host loop's state changes structure every round, so it is pinned by what it released rather
 than leaf by leaf: the ledger and the realised plan, the candidate each round picked, every noisy
@@ -43,9 +44,10 @@ CASES = {
     "mst-replace-one": lambda: jaxdp.mst(
         tiny_dataset(), _workload(), relation="replace-one", **FIT, **BUDGET
     ),
+    "privbayes": lambda: jaxdp.privbayes(tiny_dataset(), _workload(), **FIT, **BUDGET),
 }
 # negative controls, each a genuine change: AIM's budget split, MST's compression threshold
-# (post-processing of the same noisy counts), a budget for another delta
+# (post-processing of the same noisy counts), a budget for another delta, PrivBayes's usefulness
 CHANGED = {
     "aim": lambda: jaxdp.aim(tiny_dataset(), _workload(), max_rounds=6, alpha=0.8, **FIT, **BUDGET),
     "mst": lambda: jaxdp.mst(
@@ -54,6 +56,7 @@ CHANGED = {
     "mst-replace-one": lambda: jaxdp.mst(
         tiny_dataset(), _workload(), relation="replace-one", **FIT, **{**BUDGET, "delta": 1e-7}
     ),
+    "privbayes": lambda: jaxdp.privbayes(tiny_dataset(), _workload(), theta=8.0, **FIT, **BUDGET),
 }
 
 

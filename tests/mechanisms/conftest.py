@@ -56,6 +56,7 @@ FACTORIES = {
     "gem": lambda data, **kw: jaxdp.gem(data, _two_way(data), rounds=3, **SMALL_GENERATOR, **kw),
     "aim": lambda data, **kw: jaxdp.aim(data, _two_way(data), max_rounds=4, iters=20, final_iters=20, **kw),
     "mst": lambda data, **kw: jaxdp.mst(data, _two_way(data), iters=20, final_iters=20, **kw),
+    "privbayes": lambda data, **kw: jaxdp.privbayes(data, _two_way(data), iters=20, final_iters=20, **kw),
     "aim-gem": lambda data, **kw: jaxdp.aim_gem(
         data,
         _two_way(data),
@@ -91,6 +92,7 @@ REPLACE_ONE_ONLY = {
     "gem",
     "gem-pub",
     "rap++",
+    "privbayes",
 }
 
 

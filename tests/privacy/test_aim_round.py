@@ -103,7 +103,7 @@ class Call(NamedTuple):
     kwargs: dict
 
 
-def _step(mechanism, state, t: int, release=None) -> tuple[object, list[Call]]:
+def _step(mechanism, state, t: int, release=None, root: int = 0) -> tuple[object, list[Call]]:
     """AIM's real `step` for round t, recording every primitive call. `release(primitive, output)`
     may replace what a primitive releases (a chosen round-0 output, a forced selection); the
     primitive still runs, so its Charge and key use are AIM's own."""
@@ -118,7 +118,7 @@ def _step(mechanism, state, t: int, release=None) -> tuple[object, list[Call]]:
                 return (output if release is None else release(_name, output)), charge
 
             patch.setattr(noise, name, recorder)
-        state, _ = mechanism.step(state, round_key(jax.random.key(0), t))
+        state, _ = mechanism.step(state, round_key(jax.random.key(root), t))
     return state, calls
 
 

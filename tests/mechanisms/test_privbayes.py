@@ -1,0 +1,267 @@
+"""PrivBayes: the network, theta-usefulness, the exact score and its sensitivity, the fixed plan,
+refusals."""
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import loop, noise
+from jaxdp.keys import round_key
+from jaxdp.queries import all_kway
+from jaxdp.selection.privbayes import dependence
+
+from .conftest import tiny_dataset
+
+pytest.importorskip("mbi")
+
+FAST = {"iters": 50, "final_iters": 50}
+
+
+def _privbayes(data=None, **kw):
+    data = data or tiny_dataset()
+    return jaxdp.privbayes(
+        data, all_kway(data.domain.sizes, 2), **{"epsilon": 1.0, "delta": 1e-6, **FAST, **kw}
+    )
+
+
+def _chain(n: int = 3000, seed: int = 0, sizes=(4, 3, 4, 2, 5, 3)) -> jaxdp.Dataset:
+    """Attributes that each copy the previous one's value (mod their size) 80% of the time."""
+    rng = np.random.default_rng(seed)
+    columns = [rng.integers(0, sizes[0], n)]
+    for size in sizes[1:]:
+        keep = rng.random(n) < 0.8
+        columns.append(np.where(keep, columns[-1] % size, rng.integers(0, size, n)))
+    domain = jaxdp.Domain.from_sizes({f"x{i}": s for i, s in enumerate(sizes)})
+    return jaxdp.Dataset.from_codes(domain, np.stack(columns, 1))
+
+
+def _families(state) -> list[tuple[int, ...]]:
+    return [m.clique for m in state.measurements]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("degree", [None, 1, 2])
+def test_the_families_form_a_network_within_the_usefulness_bound(seed, degree):
+    """Round 0 places one attribute; every later round places exactly one more, whose parents are
+    all placed and form a maximal set within the bound (and the degree)."""
+    data = _chain()
+    mechanism = _privbayes(data, degree=degree)
+    state = loop.run(mechanism, jax.random.key(seed)).state
+    families = _families(state)
+    sizes = data.domain.sizes
+    bound = mechanism.selection.bound
+    assert len(families) == 6 and len(families[0]) == 1
+    placed = set(families[0])
+    for family in families[1:]:
+        (child,) = set(family) - placed
+        parents = set(family) - {child}
+        assert parents <= placed
+        assert math.prod(sizes[a] for a in family) <= bound
+        if degree is not None:
+            assert len(parents) <= degree
+        grow = [
+            a for a in placed - parents if sizes[child] * math.prod(sizes[b] for b in parents | {a}) <= bound
+        ]
+        assert not grow or (degree is not None and len(parents) == degree), (family, grow)
+        placed.add(child)
+    assert placed == set(range(6))
+
+
+def test_the_first_attribute_is_drawn_at_random():
+    firsts = set()
+    for seed in range(12):
+        state = loop.run(_privbayes(_chain()), jax.random.key(seed)).state
+        firsts.add(_families(state)[0][0])
+    assert len(firsts) >= 3  # 6 equally likely: all 12 draws in 2 or fewer has probability < 1e-4
+
+
+def test_dependence_is_twice_n_squared_times_the_papers_r():
+    """T against R = 1/2 ||Pr[X, Pi] - Pr[X] Pr[Pi]||_1 computed in float64 from fractions."""
+    rng = np.random.default_rng(0)
+    for shape, axis in [((3, 4), 0), ((3, 4), 1), ((2, 3, 4), 1), ((5,), 0)]:
+        joint = rng.integers(0, 50, shape)
+        n = int(joint.sum())
+        p = joint / n
+        child = p.sum(axis=tuple(a for a in range(p.ndim) if a != axis), keepdims=True)
+        parents = p.sum(axis=axis, keepdims=True)
+        r = 0.5 * np.abs(p - child * parents).sum()
+        assert dependence(joint, axis, n) == pytest.approx(2 * n * n * r, rel=1e-12)
+
+
+def _tables(n: int, shape) -> list[np.ndarray]:
+    """Every table of n records over `shape`'s cells."""
+    cells = math.prod(shape)
+    out = []
+    for cuts in itertools.combinations(range(n + cells - 1), cells - 1):
+        bounds = (-1, *cuts, n + cells - 1)
+        out.append(np.diff(bounds).reshape(-1)[:cells] - 1)
+    return [np.asarray(t).reshape(shape) for t in out]
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (2, 3), (3, 2)])
+def test_dependence_moves_by_at_most_its_declared_sensitivity(shape):
+    """Every table of 7 records and every replacement of one record (exhaustive): |T(D) - T(D')|
+    <= 6n + 4, and the largest move is at least half of it (the bound is not slack by more)."""
+    n = 7
+    largest = 0
+    for table in _tables(n, shape):
+        flat = table.reshape(-1)
+        for source in np.flatnonzero(flat):
+            for target in range(flat.size):
+                moved = flat.copy()
+                moved[source] -= 1
+                moved[target] += 1
+                change = abs(dependence(table, 0, n) - dependence(moved.reshape(shape), 0, n))
+                largest = max(largest, change)
+    assert largest <= 6 * n + 4
+    assert largest >= 3 * n
+
+
+def test_a_round_scores_each_allowed_family_by_its_dependence(monkeypatch):
+    """Exactness against a brute-force reference: round 1's grid scores are floor(T 64 / (6n +
+    4)) of each allowed family, over the families the rule allows only."""
+    n = 5000
+    data = _chain(n=n)
+    mechanism = _privbayes(data)
+    state = mechanism.init(jax.random.key(0))
+    state, _ = mechanism.step(state, round_key(jax.random.key(0), 0))
+    calls = []
+    original = noise.grid_exponential
+
+    def record(key, value, **kwargs):
+        calls.append((value, kwargs))
+        return original(key, value, **kwargs)
+
+    monkeypatch.setattr(noise, "grid_exponential", record)
+    mechanism.step(state, round_key(jax.random.key(0), 1))
+    ((value, kwargs),) = calls
+    mask = np.asarray(kwargs["mask"])
+    assert kwargs["sensitivity"] == 6 * n + 4
+    (first,) = _families(state)[0]
+    rule = mechanism.selection
+    allowed = [rule.candidates.cliques[i] for i in np.flatnonzero(mask)]
+    # a child outside V = {first}, with `first` as its parent where the bound admits it
+    assert sum(len(c) == 2 for c in allowed) >= 3 and all(len(c) == 1 or first in c for c in allowed)
+    assert all(c != (first,) for c in allowed)
+    revealed, _ = noise.gaussian(jax.random.key(9), value, sigma=1e-9, sensitivity=1.0)
+    steps = np.rint(np.asarray(revealed, np.float64)[mask]).astype(np.int64)
+    reference = []
+    for clique in allowed:
+        joint = np.zeros([data.domain.sizes[a] for a in clique], np.int64)
+        np.add.at(joint, tuple(data.codes[:, a] for a in clique), 1)
+        (child,) = set(clique) - {first} or set(clique)
+        reference.append(dependence(joint, clique.index(child), n) * 64 // (6 * n + 4))
+    reference = np.asarray(reference)
+    np.testing.assert_array_equal(steps - steps.max(), reference - reference.max())
+
+
+def test_a_strong_dependence_is_found():
+    """At a large budget every attribute's parents include its chain neighbour (negative
+    control: on a table of independent columns some attribute's do not, for some key)."""
+    data = _chain(n=20_000)
+    mechanism = _privbayes(data, epsilon=20.0, degree=1)
+    state = loop.run(mechanism, jax.random.key(0)).state
+    pairs = sorted(c for c in _families(state) if len(c) == 2)
+    assert pairs == [(i, i + 1) for i in range(5)]
+    rng = np.random.default_rng(1)
+    independent = jaxdp.Dataset.from_codes(
+        data.domain, np.stack([rng.integers(0, s, 20_000) for s in data.domain.sizes], 1)
+    )
+    chains = [
+        sorted(
+            c
+            for c in _families(
+                loop.run(_privbayes(independent, epsilon=20.0, degree=1), jax.random.key(s)).state
+            )
+            if len(c) == 2
+        )
+        for s in range(3)
+    ]
+    assert any(c != [(i, i + 1) for i in range(5)] for c in chains)
+
+
+def test_the_plan_is_fixed_before_the_run_and_followed():
+    mechanism = _privbayes(_chain())
+    plan = mechanism.plan
+    assert [(c.label, c.times) for c in plan.charges] == [
+        ("measure the first attribute", 1),
+        ("select a family", 5),
+        ("measure a family", 5),
+    ]
+    select = plan.charges[1]
+    assert (
+        select.rho == pytest.approx(0.3 * plan.rho_budget, rel=1e-6) and select.rho <= 0.3 * plan.rho_budget
+    )
+    measure = plan.charges[0].rho + plan.charges[2].rho
+    assert measure == pytest.approx(0.7 * plan.rho_budget, rel=1e-6)
+    result = loop.run(mechanism, jax.random.key(3))
+    realised = mechanism.realised_plan(result.state)
+    planned = sorted((c.primitive, c.sensitivity, c.scale) for c in plan.charges for _ in range(c.times))
+    assert sorted((c.primitive, c.sensitivity, c.scale) for c in realised.charges) == planned
+    assert result.state.rounds_done == 6 and mechanism.finished(result.state)
+
+
+def test_the_model_is_fitted_after_the_first_round_and_the_last_only(monkeypatch):
+    fits = []
+    original = jaxdp.families.pgm.estimate
+
+    def counting(*args, **kwargs):
+        fits.append(len(args[1]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(jaxdp.families.pgm, "estimate", counting)
+    loop.run(_privbayes(_chain()), jax.random.key(0))
+    assert fits == [1, 6]
+
+
+def test_refusals():
+    data = tiny_dataset()
+    workload = all_kway(data.domain.sizes, 2)
+    with pytest.raises(ValueError, match="do not give rounds"):
+        jaxdp.privbayes(data, workload, epsilon=1.0, delta=1e-6, rounds=3)
+    one = jaxdp.Dataset.from_codes(jaxdp.Domain.from_sizes({"a": 3}), np.zeros((10, 1), np.int32))
+    with pytest.raises(ValueError, match="at least 2"):
+        jaxdp.privbayes(one, all_kway(one.domain.sizes, 1), epsilon=1.0, delta=1e-6)
+    with pytest.raises(ValueError, match="beta"):
+        jaxdp.privbayes(data, workload, epsilon=1.0, delta=1e-6, beta=1.0)
+    with pytest.raises(ValueError, match="theta"):
+        jaxdp.privbayes(data, workload, epsilon=1.0, delta=1e-6, theta=0.0)
+    with pytest.raises(ValueError, match="supports relation replace-one, not add-remove"):
+        jaxdp.api.build("privbayes", data, workload, epsilon=1.0, delta=1e-6, relation="add-remove")
+    mechanism = _privbayes()
+    with pytest.raises(ValueError, match="error bounds are AIM's"):
+        mechanism.error_bounds(loop.run(mechanism, jax.random.key(0)).state)
+    wide = jaxdp.Dataset.from_codes(
+        jaxdp.Domain.from_sizes({f"b{i}": 2 for i in range(24)}), np.zeros((200_000, 24), np.int32)
+    )
+    with pytest.raises(ValueError, match="give degree"):
+        jaxdp.privbayes(wide, all_kway(wide.domain.sizes, 1), epsilon=10.0, delta=1e-6)
+
+
+def test_replay_is_bit_identical():
+    runs = []
+    for _ in range(2):
+        mechanism = _privbayes(_chain())
+        result = loop.run(mechanism, jax.random.key(5))
+        runs.append((np.asarray(loop.release(mechanism, result.state, jax.random.key(6))), result.ledger))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    assert [e.to_json() for e in runs[0][1]] == [e.to_json() for e in runs[1][1]]
+
+
+def test_the_command_line_runs_privbayes(tmp_path):
+    out, report = tmp_path / "s.csv", tmp_path / "r.json"
+    command = [sys.executable, "-m", "jaxdp", "synth", "--mechanism", "privbayes", "--dataset", "adult"]
+    command += ["--epsilon", "1", "--seed", "0", "--out", str(out), "--report", str(report)]
+    subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
+    written = json.loads(report.read_text())
+    assert written["mechanism"] == "privbayes" and written["relation"] == "replace-one"
+    assert written["rho_spent"] <= written["rho_budget"]
+    assert len(written["ledger"]) == 1 + 2 * 12  # the first attribute, then 12 families
+    assert len(out.read_text().splitlines()) == 48_842 + 1
