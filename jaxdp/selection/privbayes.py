@@ -116,14 +116,10 @@ class PrivBayesSelection(HostRule):
         theta = _checks.positive_finite(self.theta, "theta")
         degree = None if self.degree is None else _checks.positive_int(self.degree, "degree")
         rule = dataclasses.replace(self, beta=beta, theta=theta, degree=degree, n_records=int(n_records))
+        # the sensitivities and noise first (the candidates follow, once sigma sets the bound)
         rule = rule._bound(workload, (), d, relation=relation, n_records=n_records, noise=noise)
         bound = n_records / (theta * rule._measure_sigma(rho_budget))
         families = _families(workload.sizes, bound, degree)
-        if len(families) > MAX_CANDIDATES:
-            raise ValueError(
-                f"PrivBayes: {len(families)} families of at most {bound:.0f} cells would be counted "
-                f"(at most {MAX_CANDIDATES}); give degree= to cap the parents"
-            )
         one_ways = tuple((a,) for a in range(d))
         cliques = downward_closure(MarginalWorkload(workload.sizes, one_ways + workload.cliques)).cliques
         candidates = MarginalWorkload(workload.sizes, tuple(sorted(set(cliques) | set(families), key=_order)))
@@ -285,7 +281,12 @@ def _order(clique: Clique) -> tuple[int, Clique]:
 
 def _families(sizes: Sequence[int], bound: float, degree: int | None) -> list[Clique]:
     """Every attribute set of 2 or more attributes (at most degree + 1) whose cells are within
-    `bound`, attributes of one value left out (they carry nothing)."""
+    `bound`, attributes of one value left out (they carry nothing).
+
+    Raises:
+        ValueError: more than MAX_CANDIDATES of them (found while listing, so a loose bound
+        over many small attributes stops early).
+    """
     usable = [a for a, s in enumerate(sizes) if s > 1]
     most = len(usable) if degree is None else degree + 1
     out: list[Clique] = []
@@ -293,6 +294,11 @@ def _families(sizes: Sequence[int], bound: float, degree: int | None) -> list[Cl
     def grow(clique: Clique, cells: int, start: int) -> None:
         if len(clique) >= 2:
             out.append(clique)
+            if len(out) > MAX_CANDIDATES:
+                raise ValueError(
+                    f"PrivBayes: more than {MAX_CANDIDATES} families of at most {bound:.0f} cells would "
+                    "be counted; give degree= to cap the parents"
+                )
         if len(clique) == most:
             return
         for j in range(start, len(usable)):
