@@ -356,7 +356,7 @@ def test_every_mechanism_runs_under_every_relation_the_registry_allows(tmp_path,
     argv += ["--domain", str(tmp_path / "domain.json"), "--epsilon", "1", "--seed", "0"]
     argv += ["--relation", relation, "--workload", "all-2way", "--out", str(tmp_path / "o.csv")]
     argv += ["--report", str(tmp_path / "r.json"), "--errors", str(tmp_path / "e.json")]
-    if not spec.one_round:
+    if not (spec.one_round or spec.fixed_rounds):
         argv += ["--rounds", str(PAIR_ROUNDS.get(name, 1))]
     if spec.public:
         argv += ["--public", str(tmp_path / "public.csv")]

@@ -185,7 +185,7 @@ def _jobs(csv: Path, tmp: Path, mechanisms: list[str]) -> list[list[str]]:
     for name in mechanisms:
         spec = api.MECHANISMS[name]
         argv = ["synth", "--mechanism", name, *data, "--epsilon", "1", "--seed", SEED]
-        argv += [] if spec.one_round else ["--rounds", str(ROUNDS.get(name, 2))]
+        argv += [] if spec.one_round or spec.fixed_rounds else ["--rounds", str(ROUNDS.get(name, 2))]
         argv += ["--public", str(tmp / "public.csv")] if spec.public else []
         argv += ["--out", str(tmp / f"{name}.csv"), "--report", str(tmp / f"{name}.json")]
         jobs.append([*argv, "--errors", str(tmp / f"{name}-errors.json")])

@@ -118,5 +118,6 @@ register(
         relations=(Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE),
         mesh=True,
         compression=MST_COMPRESSION,
+        fixed_rounds=True,
     ),
 )

@@ -104,4 +104,4 @@ def privbayes(
     )
 
 
-register("privbayes", MechanismSpec(privbayes, mesh=True))
+register("privbayes", MechanismSpec(privbayes, mesh=True, fixed_rounds=True))

@@ -44,6 +44,8 @@ class MechanismSpec:
         rounds: default rounds when none are given (None: the factory's own default): the
             papers' settings on ADULT (reduced).
         one_round: the mechanism runs exactly one round (no `rounds` option).
+        fixed_rounds: the mechanism's rounds are its algorithm's (MST, PrivBayes: one per
+            attribute); its factory refuses any other `rounds`.
         public: the mechanism needs a public table over the same domain.
         cap_rounds: the default rounds are capped at the workload's marginal count (mechanisms
             that measure each marginal at most once), divided by the marginals measured a round.
@@ -74,6 +76,7 @@ class MechanismSpec:
     factory: Callable[..., Any]
     rounds: int | None = None
     one_round: bool = False
+    fixed_rounds: bool = False
     public: bool = False
     cap_rounds: bool = False
     relaxed: bool = True
