@@ -21,8 +21,10 @@ for the measurement (all of it for the selection when nothing is measured).
 Every shipped mechanism is a preset of this builder: MWEM, PEP, PMW-Pub, PEP-Pub, RAP,
 RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent and Gaussian build an `Adaptive`
 (one compiled scan); AIM and AIM-GEM, whose rule is `jaxdp.selection.AIMSelection` (budget
-annealing and a privacy filter), and MST, whose rule is `jaxdp.selection.MSTSelection` (a
-spanning tree on a fixed budget), build an `jaxdp.mechanisms.annealed.Annealed` (a Python loop).
+annealing and a privacy filter), MST, whose rule is `jaxdp.selection.MSTSelection` (a spanning
+tree on a fixed budget), and PrivBayes, whose rule is `jaxdp.selection.PrivBayesSelection` (a
+Bayesian network on a fixed budget), build an `jaxdp.mechanisms.annealed.Annealed` (a Python
+loop).
 """
 
 from __future__ import annotations
@@ -283,8 +285,9 @@ def adaptive(
             `SignedError`, `SignedErrorSamples`, `Everything`, or one of your own), or
             `jaxdp.selection.AIMSelection()` (AIM's rule: budget annealing and a privacy filter;
             the mechanism is then an `Annealed`, run as a Python loop, with `rounds` its T), or
-            `jaxdp.selection.MSTSelection()` (MST's spanning tree: also an `Annealed`, with d
-            rounds; leave `rounds` unset).
+            `jaxdp.selection.MSTSelection()` or `jaxdp.selection.PrivBayesSelection()` (MST's
+            spanning tree, PrivBayes's network: also `Annealed`s, with d rounds; leave `rounds`
+            unset).
         family: a family from `jaxdp.families` with its settings, or one of your own (a
             `jaxdp.families.Family`).
         rounds: T; with a rule that picks each candidate at most once, rounds x picks must not

@@ -1,18 +1,21 @@
 """The driver of a rule that schedules its rounds from the host (a `jaxdp.selection.HostRule`):
-what `jaxdp.adaptive` builds when the selection is AIM's (`jaxdp.selection.AIMSelection`) or
-MST's (`jaxdp.selection.MSTSelection`).
+what `jaxdp.adaptive` builds when the selection is AIM's (`jaxdp.selection.AIMSelection`), MST's
+(`jaxdp.selection.MSTSelection`) or PrivBayes's (`jaxdp.selection.PrivBayesSelection`).
 
-Round 0 measures every 1-way marginal of the candidates (AIM's Algorithm 3; MST's first step).
+Round 0 measures the rule's opening marginals (`HostRule.opening`): every 1-way marginal of the
+candidates for AIM (its Algorithm 3) and MST (its first step), one drawn at random for PrivBayes.
 Each later round keeps the candidates C_t the family admits (`Family.eligible`: Private-PGM's model
 size filter) and the rule allows (`HostRule.allowed`: MST's pairs that join two components of its
-tree), selects one with the exponential mechanism on the rule's score, measures it with Gaussian
-noise, and has the family record it. AIM refits the family to every measurement so far after each
-round and anneals (sigma, epsilon) by Algorithm 4, and a privacy filter ends its run: when the
-remaining budget cannot pay two more rounds, the next round spends exactly what is left, and the
-run stops. MST scores every round against round 0's model (no refit until its last round) on a
-budget fixed in advance, and stops after d rounds.
+tree, PrivBayes's families of an unplaced child and a maximal parent set), selects one with the
+exponential mechanism on the rule's score, measures it with Gaussian noise, and has the family
+record it. AIM refits the family to every measurement so far after each round and anneals
+(sigma, epsilon) by Algorithm 4, and a privacy filter ends its run: when the remaining budget
+cannot pay two more rounds, the next round spends exactly what is left, and the run stops. MST
+scores every round against round 0's model, PrivBayes against the data alone;
+neither refits the model until its last round, both spend a budget fixed in advance, and both
+stop after d rounds.
 
-The run is data-adaptive (AIM: how many rounds, at what noise scales; both: which candidates are
+The run is data-adaptive (AIM: how many rounds, at what noise scales; all: which candidates are
 left), so it cannot be one compiled scan: it runs as a Python loop of `step(state, key)`
 (`jittable = False`) and its realised plan (one charge per primitive actually invoked, each
 decided from public quantities before it was spent) is checked by `jaxdp.loop.run` against the
