@@ -408,6 +408,23 @@ class HostRule:
 
 
 @pytree_dataclass
+class FixedPlanRule(HostRule):
+    """A host rule whose rounds and their budgets are fixed before the run (MST, PrivBayes): no
+    annealing and no filter (the driver stops after `max_rounds`), and the model refitted only
+    after round 0 and the last round, since no later score reads what the rounds between
+    measure."""
+
+    refits: ClassVar[bool] = False
+
+    def anneal_or_finish(
+        self, schedule: Schedule, *, changed: bool, rho_budget: float, rounds_done: int, rounds: int
+    ) -> Schedule:
+        """The schedule, unchanged."""
+        del changed, rho_budget, rounds_done, rounds
+        return schedule
+
+
+@pytree_dataclass
 class AIMSelection(HostRule):
     """AIM's selection, budget annealing and privacy filter (module docstring).
 

@@ -30,7 +30,7 @@ import numpy as np
 from jaxdp import noise
 from jaxdp.accounting import Plan, PlannedCharge, gumbel_scale
 from jaxdp.queries import MarginalWorkload, downward_closure
-from jaxdp.selection.annealed import HostRule, Schedule
+from jaxdp.selection.annealed import FixedPlanRule, Schedule
 from jaxdp.types import Neighboring, pytree_dataclass
 
 # The paper's split of rho: 1-way measurements, edge selections, edge measurements.
@@ -38,7 +38,7 @@ THIRD = 1.0 / 3.0
 
 
 @pytree_dataclass
-class MSTSelection(HostRule):
+class MSTSelection(FixedPlanRule):
     """MST's maximum-spanning-tree selection (module docstring).
 
     Bound by `jaxdp.adaptive` (`bind`) to the data's attributes: the candidates are every 1-way
@@ -56,7 +56,6 @@ class MSTSelection(HostRule):
         plan is fixed before the run; which pairs may be picked depends on earlier picks only.
     """
 
-    refits: ClassVar[bool] = False
     noise_penalty: ClassVar[bool] = False
 
     def bind(
@@ -119,13 +118,6 @@ class MSTSelection(HostRule):
         over the d - 1 selections, a third over their measurements; no round is a filter's."""
         rho_round = THIRD * rho_budget / self.edges
         return self.measure_sigma(rho_round), schedule.epsilon, rho_round, rho_round, False
-
-    def anneal_or_finish(
-        self, schedule: Schedule, *, changed: bool, rho_budget: float, rounds_done: int, rounds: int
-    ) -> Schedule:
-        """MST's budget is fixed: the schedule is unchanged (the driver ends after d rounds)."""
-        del changed, rho_budget, rounds_done, rounds
-        return schedule
 
     def planned(self, plan: Plan) -> Plan:
         """Every charge of the run, fixed before it (BudgetExceededError if over the budget)."""

@@ -41,7 +41,7 @@ from jaxdp import _checks
 from jaxdp import noise as noise_module
 from jaxdp.accounting import Plan, PlannedCharge, gumbel_scale
 from jaxdp.queries import MarginalWorkload, downward_closure
-from jaxdp.selection.annealed import HostRule, Schedule, relative_to_best
+from jaxdp.selection.annealed import FixedPlanRule, Schedule, relative_to_best
 from jaxdp.types import Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 # The most candidate families a run counts (their true counts are all computed when it is built).
@@ -51,7 +51,7 @@ Clique = tuple[int, ...]
 
 
 @pytree_dataclass
-class PrivBayesSelection(HostRule):
+class PrivBayesSelection(FixedPlanRule):
     """PrivBayes's greedy network learning (module docstring).
 
     Args:
@@ -79,7 +79,6 @@ class PrivBayesSelection(HostRule):
     bound: float = static_field(default=0.0)
 
     relations: ClassVar[tuple[Neighboring, ...]] = (Neighboring.REPLACE_ONE,)
-    refits: ClassVar[bool] = False
 
     def bind(
         self,
@@ -161,13 +160,6 @@ class PrivBayesSelection(HostRule):
             rho_measure,
             False,
         )
-
-    def anneal_or_finish(
-        self, schedule: Schedule, *, changed: bool, rho_budget: float, rounds_done: int, rounds: int
-    ) -> Schedule:
-        """PrivBayes's budget is fixed: the schedule is unchanged (the driver ends after d rounds)."""
-        del changed, rho_budget, rounds_done, rounds
-        return schedule
 
     def planned(self, plan: Plan) -> Plan:
         """Every charge of the run, fixed before it (BudgetExceededError if over the budget)."""

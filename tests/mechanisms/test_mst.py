@@ -1,9 +1,6 @@
 """MST: the spanning tree, the fixed plan, scores against the 1-way model, compression, refusals."""
 
 import itertools
-import json
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -15,6 +12,7 @@ from jaxdp.keys import round_key
 from jaxdp.mechanisms.mst import MST_COMPRESSION
 from jaxdp.queries import all_kway
 
+from ._host import assert_replays, fits_of, record_selections, revealed_steps, synth_on_adult
 from .conftest import tiny_dataset
 
 pytest.importorskip("mbi")
@@ -109,21 +107,13 @@ def test_an_edge_round_scores_every_allowed_pair_by_its_l1_error_against_the_one
     mechanism = _mst(data, compress=None)
     state = mechanism.init(jax.random.key(0))
     state, _ = mechanism.step(state, round_key(jax.random.key(0), 0))
-    calls = []
-    original = noise.grid_exponential
-
-    def record(key, value, **kwargs):
-        calls.append((value, kwargs))
-        return original(key, value, **kwargs)
-
-    monkeypatch.setattr(noise, "grid_exponential", record)
+    calls = record_selections(monkeypatch)
     mechanism.step(state, round_key(jax.random.key(0), 1))
     ((value, kwargs),) = calls
     mask = np.asarray(kwargs["mask"])
     candidates = mechanism.candidates
     assert [candidates.cliques[i] for i in np.flatnonzero(mask)] == list(itertools.combinations(range(6), 2))
-    revealed, _ = noise.gaussian(jax.random.key(9), value, sigma=1e-9, sensitivity=1.0)
-    scores = np.asarray(revealed, np.float64)[mask] * kwargs["sensitivity"] / noise.GRID_STEPS
+    scores = revealed_steps(value)[mask] * kwargs["sensitivity"] / noise.GRID_STEPS
     model = state.model.fitted
     total = float(model.total)
     one_way = [jaxdp.families.pgm.ModelMarginals(model).marginal((a,)) for a in range(6)]
@@ -136,16 +126,7 @@ def test_an_edge_round_scores_every_allowed_pair_by_its_l1_error_against_the_one
 
 
 def test_the_model_is_fitted_after_the_one_way_round_and_the_last_only(monkeypatch):
-    fits = []
-    original = jaxdp.families.pgm.estimate
-
-    def counting(*args, **kwargs):
-        fits.append(len(args[1]))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(jaxdp.families.pgm, "estimate", counting)
-    loop.run(_mst(_wide()), jax.random.key(0))
-    assert fits == [6, 11]  # the 6 one-way measurements, then all 11
+    assert fits_of(_mst(_wide()), monkeypatch) == [6, 11]  # the 6 one-way measurements, then all 11
 
 
 def test_compression_is_post_processing_and_reported():
@@ -186,22 +167,12 @@ def test_refusals():
 
 
 def test_replay_is_bit_identical():
-    runs = []
-    for _ in range(2):
-        mechanism = _mst(_wide())
-        result = loop.run(mechanism, jax.random.key(5))
-        runs.append((np.asarray(loop.release(mechanism, result.state, jax.random.key(6))), result.ledger))
-    np.testing.assert_array_equal(runs[0][0], runs[1][0])
-    assert [e.to_json() for e in runs[0][1]] == [e.to_json() for e in runs[1][1]]
+    assert_replays(lambda: _mst(_wide()))
 
 
 def test_the_command_line_runs_mst(tmp_path):
-    out, report = tmp_path / "s.csv", tmp_path / "r.json"
-    command = [sys.executable, "-m", "jaxdp", "synth", "--mechanism", "mst", "--dataset", "adult"]
-    command += ["--epsilon", "1", "--seed", "0", "--out", str(out), "--report", str(report)]
-    subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
-    written = json.loads(report.read_text())
-    assert written["mechanism"] == "mst" and written["relation"] == "add-remove"
-    assert written["rho_spent"] <= written["rho_budget"]
-    assert len(written["ledger"]) == 1 + 2 * 12  # the 1-way round, then 12 edges of its 13 attributes
-    assert "compression" in written and len(out.read_text().splitlines()) > 40_000
+    report, rows = synth_on_adult(tmp_path, "mst")
+    assert report["mechanism"] == "mst" and report["relation"] == "add-remove"
+    assert report["rho_spent"] <= report["rho_budget"]
+    assert len(report["ledger"]) == 1 + 2 * 12  # the 1-way round, then 12 edges of its 13 attributes
+    assert "compression" in report and rows > 40_000

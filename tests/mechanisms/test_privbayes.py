@@ -2,21 +2,19 @@
 refusals."""
 
 import itertools
-import json
 import math
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import loop, noise
+from jaxdp import loop
 from jaxdp.keys import round_key
 from jaxdp.queries import all_kway
 from jaxdp.selection.privbayes import dependence
 
+from ._host import assert_replays, fits_of, record_selections, revealed_steps, synth_on_adult
 from .conftest import tiny_dataset
 
 pytest.importorskip("mbi")
@@ -132,14 +130,7 @@ def test_a_round_scores_each_allowed_family_by_its_dependence(monkeypatch):
     mechanism = _privbayes(data)
     state = mechanism.init(jax.random.key(0))
     state, _ = mechanism.step(state, round_key(jax.random.key(0), 0))
-    calls = []
-    original = noise.grid_exponential
-
-    def record(key, value, **kwargs):
-        calls.append((value, kwargs))
-        return original(key, value, **kwargs)
-
-    monkeypatch.setattr(noise, "grid_exponential", record)
+    calls = record_selections(monkeypatch)
     mechanism.step(state, round_key(jax.random.key(0), 1))
     ((value, kwargs),) = calls
     mask = np.asarray(kwargs["mask"])
@@ -150,8 +141,7 @@ def test_a_round_scores_each_allowed_family_by_its_dependence(monkeypatch):
     # a child outside V = {first}, with `first` as its parent where the bound admits it
     assert sum(len(c) == 2 for c in allowed) >= 3 and all(len(c) == 1 or first in c for c in allowed)
     assert all(c != (first,) for c in allowed)
-    revealed, _ = noise.gaussian(jax.random.key(9), value, sigma=1e-9, sensitivity=1.0)
-    steps = np.rint(np.asarray(revealed, np.float64)[mask]).astype(np.int64)
+    steps = np.rint(revealed_steps(value)[mask]).astype(np.int64)
     reference = []
     for clique in allowed:
         joint = np.zeros([data.domain.sizes[a] for a in clique], np.int64)
@@ -209,16 +199,7 @@ def test_the_plan_is_fixed_before_the_run_and_followed():
 
 
 def test_the_model_is_fitted_after_the_first_round_and_the_last_only(monkeypatch):
-    fits = []
-    original = jaxdp.families.pgm.estimate
-
-    def counting(*args, **kwargs):
-        fits.append(len(args[1]))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(jaxdp.families.pgm, "estimate", counting)
-    loop.run(_privbayes(_chain()), jax.random.key(0))
-    assert fits == [1, 6]
+    assert fits_of(_privbayes(_chain()), monkeypatch) == [1, 6]
 
 
 def test_refusals():
@@ -246,22 +227,12 @@ def test_refusals():
 
 
 def test_replay_is_bit_identical():
-    runs = []
-    for _ in range(2):
-        mechanism = _privbayes(_chain())
-        result = loop.run(mechanism, jax.random.key(5))
-        runs.append((np.asarray(loop.release(mechanism, result.state, jax.random.key(6))), result.ledger))
-    np.testing.assert_array_equal(runs[0][0], runs[1][0])
-    assert [e.to_json() for e in runs[0][1]] == [e.to_json() for e in runs[1][1]]
+    assert_replays(lambda: _privbayes(_chain()))
 
 
 def test_the_command_line_runs_privbayes(tmp_path):
-    out, report = tmp_path / "s.csv", tmp_path / "r.json"
-    command = [sys.executable, "-m", "jaxdp", "synth", "--mechanism", "privbayes", "--dataset", "adult"]
-    command += ["--epsilon", "1", "--seed", "0", "--out", str(out), "--report", str(report)]
-    subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
-    written = json.loads(report.read_text())
-    assert written["mechanism"] == "privbayes" and written["relation"] == "replace-one"
-    assert written["rho_spent"] <= written["rho_budget"]
-    assert len(written["ledger"]) == 1 + 2 * 12  # the first attribute, then 12 families
-    assert len(out.read_text().splitlines()) == 48_842 + 1
+    report, rows = synth_on_adult(tmp_path, "privbayes")
+    assert report["mechanism"] == "privbayes" and report["relation"] == "replace-one"
+    assert report["rho_spent"] <= report["rho_budget"]
+    assert len(report["ledger"]) == 1 + 2 * 12  # the first attribute, then 12 families
+    assert rows == 48_842

@@ -187,25 +187,34 @@ TRUE = {  # (on D, on D') the counts each measurement is of
 }
 
 
-def _bound(
+def attack_bound(
     part: str,
     calls: tuple[Call, Call],
     seed: int,
     sigma: float,
+    true: tuple[np.ndarray, np.ndarray] | None,
     runs: int = N_FAST,
     delta: float = FAST_DELTA,
 ) -> float:
-    """eps_lower of one part from `runs` replays on D and on D'."""
+    """eps_lower of one part from `runs` replays on D and on D': the selection attacked by the
+    event of each candidate picked, a measurement by the projection of its output on the move
+    between `true`, the counts it measures on D and on D'."""
     out, out_prime = (_replay(call, runs, seed + i) for i, call in enumerate(calls))
     if part == "selection":
-        return selection_attack(out, out_prime, len(ONE_WAY), 0.0)
-    true, true_prime = TRUE[part]
-    # AIM keeps only the counts' coordinates: its zero padding gets the same noise on D and D'
+        return selection_attack(out, out_prime, len(calls[0].kwargs["mask"]), 0.0)
+    true, true_prime = true
+    # the mechanisms keep only the counts' coordinates: the zero padding gets the same noise on D and D'
     out, out_prime = out[:, : len(true)], out_prime[:, : len(true)]
     direction = (true_prime - true) / np.linalg.norm(true_prime - true)
     # projection on D -> D' in units of the honest sigma: N(0, 1) on D, N(shift, 1) on D'
     statistic = [(np.asarray(y, np.float64) - true) @ direction / sigma for y in (out, out_prime)]
     return threshold_attack(*statistic, delta)
+
+
+def _bound(
+    part: str, calls: tuple[Call, Call], seed: int, sigma: float, runs=N_FAST, delta=FAST_DELTA
+) -> float:
+    return attack_bound(part, calls, seed, sigma, TRUE.get(part), runs, delta)
 
 
 PARTS = ("round 0 measurement", "selection", "measurement")

@@ -40,9 +40,7 @@ from jaxdp.queries import all_kway
 from jaxdp.selection import PrivBayesSelection
 from jaxdp.selection.privbayes import dependence
 
-from .test_aim_round import SELECT, Call, _claim, _replay, _reveal, _scores, _step, paired_calls
-from .test_empirical_dp import selection_attack, threshold_attack
-from .test_mechanism_rounds import FAST_DELTA, N_FAST
+from .test_aim_round import SELECT, Call, _claim, _reveal, _scores, _step, attack_bound, paired_calls
 
 pytest.importorskip("mbi")
 
@@ -117,14 +115,7 @@ def _recorded_rounds(make) -> dict[str, tuple[Call, Call]]:
 
 
 def _bound(part: str, calls: tuple[Call, Call], seed: int, sigma: float) -> float:
-    out, out_prime = (_replay(call, N_FAST, seed + i) for i, call in enumerate(calls))
-    if part == "selection":
-        return selection_attack(out, out_prime, len(calls[0].kwargs["mask"]), 0.0)
-    true, true_prime = TRUE[part]
-    out, out_prime = out[:, : len(true)], out_prime[:, : len(true)]
-    direction = (true_prime - true) / np.linalg.norm(true_prime - true)
-    statistic = [(np.asarray(y, np.float64) - true) @ direction / sigma for y in (out, out_prime)]
-    return threshold_attack(*statistic, FAST_DELTA)
+    return attack_bound(part, calls, seed, sigma, TRUE.get(part))
 
 
 PARTS = ("round 0 measurement", "selection", "measurement")

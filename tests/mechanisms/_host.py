@@ -1,0 +1,68 @@
+"""Helpers the tests of the host-driven mechanisms (MST, PrivBayes) share."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+
+import jaxdp
+from jaxdp import loop, noise
+
+
+def record_selections(monkeypatch) -> list[tuple[object, dict]]:
+    """The (private argument, keywords) of every exact selection made after this call."""
+    calls: list[tuple[object, dict]] = []
+    original = noise.grid_exponential
+
+    def record(key, value, **kwargs):
+        calls.append((value, kwargs))
+        return original(key, value, **kwargs)
+
+    monkeypatch.setattr(noise, "grid_exponential", record)
+    return calls
+
+
+def revealed_steps(value) -> np.ndarray:
+    """A recorded selection's integer grid scores, read through `noise.gaussian` at a scale
+    (1e-9) that leaves them unchanged."""
+    revealed, _ = noise.gaussian(jax.random.key(9), value, sigma=1e-9, sensitivity=1.0)
+    return np.asarray(revealed, np.float64)
+
+
+def fits_of(mechanism, monkeypatch) -> list[int]:
+    """How many measurements each Private-PGM fit of a run of `mechanism` had."""
+    fits: list[int] = []
+    original = jaxdp.families.pgm.estimate
+
+    def counting(*args, **kwargs):
+        fits.append(len(args[1]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(jaxdp.families.pgm, "estimate", counting)
+    loop.run(mechanism, jax.random.key(0))
+    return fits
+
+
+def assert_replays(build) -> None:
+    """Two runs of `build()` from one key release the same records and ledger, bit for bit."""
+    runs = []
+    for _ in range(2):
+        mechanism = build()
+        result = loop.run(mechanism, jax.random.key(5))
+        runs.append((np.asarray(loop.release(mechanism, result.state, jax.random.key(6))), result.ledger))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    assert [e.to_json() for e in runs[0][1]] == [e.to_json() for e in runs[1][1]]
+
+
+def synth_on_adult(tmp_path, mechanism: str) -> tuple[dict, int]:
+    """The issue's command, `python -m jaxdp synth --mechanism M --dataset adult --epsilon 1`
+    (with a seed): its report and the rows it wrote."""
+    out, report = tmp_path / "s.csv", tmp_path / "r.json"
+    command = [sys.executable, "-m", "jaxdp", "synth", "--mechanism", mechanism, "--dataset", "adult"]
+    command += ["--epsilon", "1", "--seed", "0", "--out", str(out), "--report", str(report)]
+    subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
+    return json.loads(report.read_text()), len(out.read_text().splitlines()) - 1
