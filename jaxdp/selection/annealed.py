@@ -208,13 +208,14 @@ def grid_quality_steps(
 
 @pytree_dataclass
 class HostRule:
-    """What a rule that schedules its own rounds from the host shares (AIM's and MST's), driven
-    by `jaxdp.mechanisms.annealed.Annealed`: round 0 measures every 1-way candidate in one
-    Gaussian draw; each later round picks one candidate by the exponential mechanism on its
-    weighted L1 error against the model's answers and measures it with Gaussian noise. A
-    subclass says how the rounds are budgeted (`start`, `round_parameters`, `anneal_or_finish`),
-    which candidates a round may pick (`allowed`), and whether the model is refitted between
-    rounds (`refits`).
+    """What a rule that schedules its own rounds from the host shares (AIM's, MST's and
+    PrivBayes's), driven by `jaxdp.mechanisms.annealed.Annealed`: round 0 measures its opening
+    1-way candidates in one Gaussian draw (`opening`: every one by default); each later round
+    picks one candidate by the exponential mechanism on a score (by default its weighted L1
+    error against the model's answers) and measures it with Gaussian noise. A subclass says how
+    the rounds are budgeted (`start`, `round_parameters`, `anneal_or_finish`, `planned`), which
+    candidates a round may pick (`allowed`), and whether the model is refitted between rounds
+    (`refits`).
 
     Bound by `bind` to the candidates, their weights, the most rounds (round 0 included), the
     relation's sensitivities in counts and the noise.
