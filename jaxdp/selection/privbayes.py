@@ -28,6 +28,7 @@ paper's bound 3/n + 2/n^2 on R (its Lemma on R's sensitivity) times 2 n^2.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -193,22 +194,10 @@ class PrivBayesSelection(FixedPlanRule):
     def options(self, measured: Sequence[Clique]) -> dict[Clique, int]:
         """{family clique: its child X} for every (X, Pi) the next round may pick: X outside the
         placed attributes V (those of the `measured` cliques), Pi a maximal parent set in V
-        (the parentless (X,) when no parent fits the bound)."""
-        sizes = self.candidates.sizes
-        placed = sorted({a for clique in measured for a in clique})
-        out = {}
-        for x in range(len(sizes)):
-            if x in placed:
-                continue
-            # an attribute of one value is independent of everything: it takes no parents
-            parents = (
-                _maximal_parent_sets(placed, sizes, self.bound / sizes[x], self.degree)
-                if sizes[x] > 1
-                else []
-            )
-            for pi in parents or [()]:
-                out[tuple(sorted((x, *pi)))] = x
-        return out
+        (the parentless (X,) when no parent fits the bound). Computed once per V: a round asks
+        for its mask and then its scores."""
+        placed = tuple(sorted({a for clique in measured for a in clique}))
+        return _options(tuple(self.candidates.sizes), placed, self.bound, self.degree)
 
     def allowed(self, measured: Sequence[Clique]) -> np.ndarray:
         index = {c: i for i, c in enumerate(self.candidates.cliques)}
@@ -257,6 +246,22 @@ class PrivBayesSelection(FixedPlanRule):
                 dependence(joint, clique.index(children[clique]), self.n_records) * noise_module.GRID_STEPS
             ) // (self.score_sensitivity)
         return relative_to_best(quality, mask)
+
+
+@functools.lru_cache(maxsize=64)
+def _options(
+    sizes: tuple[int, ...], placed: tuple[int, ...], bound: float, degree: int | None
+) -> dict[Clique, int]:
+    """`PrivBayesSelection.options` for the placed attributes `placed`."""
+    out = {}
+    for x in range(len(sizes)):
+        if x in placed:
+            continue
+        # an attribute of one value is independent of everything: it takes no parents
+        parents = _maximal_parent_sets(placed, sizes, bound / sizes[x], degree) if sizes[x] > 1 else []
+        for pi in parents or [()]:
+            out[tuple(sorted((x, *pi)))] = x
+    return out
 
 
 def dependence(joint: np.ndarray, axis: int, n: int) -> int:
