@@ -48,7 +48,7 @@ from jaxdp.mechanisms.registry import (
     mechanism_spec,
     register,
 )
-from jaxdp.queries import MarginalWorkload
+from jaxdp.queries import MarginalWorkload, spans_processes
 from jaxdp.report import Result, answers_table, noise_name, release_errors
 from jaxdp.types import Key, Neighboring
 
@@ -182,6 +182,11 @@ def synthesize(
         noise=options.get("noise", "discrete"),
         binning_share=binning_share,
     )
+    if mesh is not None and spans_processes(mesh) and inputs.prepared is not None and inputs.prepared.ledger:
+        raise ValueError(
+            "mesh: private quantile bins would be measured on one process's rows only; over a mesh "
+            "spanning several processes declare every numeric column's bins (edges, or equal-width bins)"
+        )
     domain = inputs.data.domain
     work = None if workload is None else workload_from_spec(workload, domain)
     mech = build(

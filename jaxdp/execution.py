@@ -143,8 +143,8 @@ def _release_program(mechanism, state, key: Key, rows: int | None, *, wait: bool
 
 def _compiles_ahead(mechanism) -> bool:
     """Whether the release goes through `_release_programs`: a jittable mechanism on one device
-    (with several, the state's shardings would have to be part of the signature)."""
-    return contract.jittable(mechanism) and jax.device_count() == 1
+    of this process (with several, the state's shardings would have to be part of the signature)."""
+    return contract.jittable(mechanism) and jax.local_device_count() == 1
 
 
 def _release_ahead(mechanism, key: Key, rows: int | None) -> bool:

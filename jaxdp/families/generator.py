@@ -6,7 +6,8 @@ product-query kernel as relaxed rows. Its network (`_network`, the only module t
 flax) is imported when a generator is first used.
 
 With `shard_batch`, the latent batch and the generator's outputs are constrained to be split by
-rows over every device (a one-dimensional mesh, axis "batch"); jit partitions the forward and
+rows over this process's devices (a one-dimensional mesh, axis "batch"; with several processes
+each runs the same generator on its own devices); jit partitions the forward and
 backward passes, and the batch statistics and the mixture's answers (means over the batch)
 become cross-device reductions. The computation is the same; only float summation order changes.
 """
@@ -47,9 +48,9 @@ class Generator:
         batch: int,
         shard_batch: bool = False,
     ) -> Generator:
-        if shard_batch and batch % jax.device_count():
+        if shard_batch and batch % jax.local_device_count():
             raise ValueError(
-                f"batch={batch} must be a multiple of the {jax.device_count()} devices to shard it"
+                f"batch={batch} must be a multiple of the {jax.local_device_count()} devices to shard it"
             )
         return cls(
             relaxed_plan(workload),
@@ -65,7 +66,7 @@ class Generator:
         (rows: ("batch", None); weights: () replicated); unchanged otherwise."""
         if not self.shard_batch:
             return x
-        mesh = Mesh(np.asarray(jax.devices()), ("batch",))
+        mesh = Mesh(np.asarray(jax.local_devices()), ("batch",))
         return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
     @property

@@ -23,7 +23,7 @@ from jaxdp.queries import (
     shard_records,
     sharded_marginal_counts,
 )
-from jaxdp.queries.sharded import AXIS
+from jaxdp.queries.sharded import AXIS, process_record_counts, spans_processes
 from jaxdp.types import Array, Charge, Neighboring, Sensitive
 
 
@@ -62,26 +62,37 @@ def require_categorical(data: Dataset, mechanism: str) -> None:
 MAX_RECORDS = 2**24
 
 
-def private_codes(data: Dataset, mesh: Mesh | None = None) -> Sensitive:
-    """The records' categorical codes as a private leaf (so jit never embeds them).
+def record_count(data: Dataset, mesh: Mesh | None = None) -> int:
+    """The table's record count n: `len(data)`, or, over a mesh spanning several processes (each
+    holding its own rows of the table in `data`), the sum of every process's rows (a collective:
+    every process calls it)."""
+    if mesh is None:
+        return len(data)
+    _check_mesh(mesh)
+    return sum(process_record_counts(len(data), mesh))
+
+
+def private_codes(data: Dataset, mesh: Mesh | None = None) -> tuple[Sensitive, int]:
+    """The records' categorical codes as a private leaf (so jit never embeds them), and n.
 
     With a `mesh` (one axis, "records": `jaxdp.queries.records_mesh()`), the rows are split over
     its devices, padded with zero rows to a multiple of the device count (`shard_records`);
-    `private_counts` counts them there and removes the padding exactly.
+    `private_counts` counts them there and removes the padding exactly. Over a mesh spanning
+    several processes, `data` holds this process's own rows and n counts every process's.
     """
     if not isinstance(data, Dataset):
         raise TypeError(f"data must be a jaxdp.Dataset, got {type(data).__name__}")
-    if len(data) == 0:
+    n = record_count(data, mesh)
+    if n == 0:
         raise DataError("the dataset holds no records (0 records)")
-    if len(data) >= MAX_RECORDS:
+    if n >= MAX_RECORDS:
         raise DataError(
-            f"the table has {len(data):,} records; float32 counts are exact only below {MAX_RECORDS:,}, "
+            f"the table has {n:,} records; float32 counts are exact only below {MAX_RECORDS:,}, "
             "so the declared sensitivities would not hold"
         )
     if mesh is None:
-        return Sensitive(jnp.asarray(data.codes, jnp.int32))
-    _check_mesh(mesh)
-    return Sensitive(shard_records(np.asarray(data.codes, np.int32), mesh)[0])
+        return Sensitive(jnp.asarray(data.codes, jnp.int32)), n
+    return Sensitive(shard_records(np.asarray(data.codes, np.int32), mesh)[0]), n
 
 
 def _check_mesh(mesh: Mesh) -> None:
@@ -105,10 +116,18 @@ _sharded_counts_jit = jax.jit(_sharded_counts, static_argnums=(1, 2, 3))
 def private_counts(data: Dataset, workload: MarginalWorkload, mesh: Mesh | None = None) -> Sensitive:
     """The workload's true answers as int32 counts, as a private leaf: what exact (discrete)
     measurements add integer noise to. Under replace-one, mechanisms divide the noisy counts by
-    the public n after the noise (the family's post-processing)."""
+    the public n after the noise (the family's post-processing).
+
+    Over a mesh spanning several processes the psum'd counts come back as this process's own
+    copy (on its first device of the mesh): everything after the count runs in each process
+    alone, the same computation in every process."""
+    codes, n = private_codes(data, mesh)
     if mesh is None:
-        return private_codes(data).map(_counts_jit, workload)
-    return private_codes(data, mesh).map(_sharded_counts_jit, workload, mesh, len(data))
+        return codes.map(_counts_jit, workload)
+    counts = codes.map(_sharded_counts_jit, workload, mesh, n)
+    if spans_processes(mesh):
+        counts = counts.map(lambda c: c.addressable_data(0))
+    return counts
 
 
 def round_shares(rho_budget: float, rounds: int, alpha: float) -> tuple[float, float]:

@@ -53,6 +53,7 @@ from jaxdp.mechanisms._common import (
     idle_charge,
     interleave,
     make_plan,
+    record_count,
     require_categorical,
     round_shares,
 )
@@ -372,7 +373,7 @@ def adaptive(
     if measure is None and family.needs_measurements:
         raise ValueError(f"{type(family).__name__} fits measurements: give measure=GaussianCounts()")
 
-    n = len(data)
+    n = record_count(data, mesh)
     total_weight = math.fsum(_checks.positive_finite(c.weight, "weight") for c in classes)
     built, shapes = [], []
     for i, spec in enumerate(classes):
@@ -469,7 +470,7 @@ def _build_class(i, spec, data, family, measure, rho, *, alpha, relation, noise,
     selects, measures = rule.charges_per_round() > 0, measure is not None
     if alpha is not None and not (selects and measures):
         raise ValueError("alpha splits a round between a private selection and a measurement; this has one")
-    n = len(data)
+    n = record_count(data, mesh)
     if selects and measures:
         alpha = _checks.fraction(0.5 if alpha is None else alpha, "alpha", allow_one=False)
         rho_select, rho_measure = round_shares(rho, rounds, alpha)

@@ -52,7 +52,7 @@ from jaxdp.families.graphical import host_measurements
 from jaxdp.families.histogram import MarginalPadding
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import measure_on_host
-from jaxdp.mechanisms._common import private_counts, require_categorical
+from jaxdp.mechanisms._common import private_counts, record_count, require_categorical
 from jaxdp.queries import MarginalWorkload, marginal_counts
 from jaxdp.selection.annealed import SQRT_2_OVER_PI, HostRule, RoundRecord, Schedule
 from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
@@ -687,7 +687,7 @@ def annealed(
         compress = compress.checked()
         if public is not None:
             raise ValueError("compress: a compressed domain cannot use public data over the declared one")
-    n = len(data)
+    n = record_count(data, mesh)
     rule = select.bind(
         workload, relation=relation, n_records=n, rounds=rounds, noise=noise, rho_budget=plan.rho_budget
     )

@@ -90,8 +90,8 @@ def gem(
         public: a public dataset over the private attributes (or a subset, in the same order):
             GEM-Pub's pretraining data.
         pretrain_steps: Adam steps on the public answers before the private rounds.
-        shard_batch: split the latent batch over every device (`batch` a multiple of the device
-            count); the same computation up to float summation order. Off: the single-device
+        shard_batch: split the latent batch over this process's devices (`batch` a multiple of
+            their count); the same computation up to float summation order. Off: the single-device
             program, unchanged.
         mesh: split the records over this mesh's devices to count them (`jaxdp.queries.records_mesh()`);
             the same answers as on one device (see `jaxdp.independent`).

@@ -31,7 +31,7 @@ from jaxdp.queries.relaxed import (
     relaxed_plan,
     row_answers,
 )
-from jaxdp.queries.sharded import records_mesh, shard_records, sharded_marginal_counts
+from jaxdp.queries.sharded import records_mesh, shard_records, sharded_marginal_counts, spans_processes
 from jaxdp.queries.threshold import (
     LinearThresholdQueries,
     MixedMarginalQueries,
@@ -112,6 +112,7 @@ __all__ = [
     "shard_records",
     "sharded_marginal_counts",
     "soft_leq",
+    "spans_processes",
     "tempered_sigmoid",
     "workload_queries",
 ]

@@ -9,9 +9,11 @@ The records are split along their first axis over a one-dimensional mesh (axis "
 record count that the device count does not divide is padded with all-zero rows, whose
 contribution (one count in each marginal's cell 0 per padding row) is subtracted exactly.
 
-Several hosts: call `jax.distributed.initialize()` on every host first; `jax.devices()` then
-lists every host's devices, and `records_mesh()` spans them all (each host holds its own rows,
-see the README's Sharding section).
+Several processes (hosts): call `jax.distributed.initialize()` in every process first;
+`jax.devices()` then lists every process's devices and `records_mesh()` spans them all. Over such a
+mesh each process passes only its own rows: `shard_records` pads every process's block to one
+common size and assembles the global array from the blocks, and the record count is the sum over
+the processes (README, "Sharding across devices").
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxdp.queries.exact import ExactPlan, _as_plan, marginal_counts
@@ -33,20 +36,64 @@ def records_mesh(devices=None) -> Mesh:
     return Mesh(np.asarray(jax.devices() if devices is None else devices), (AXIS,))
 
 
+def spans_processes(mesh: Mesh) -> bool:
+    """Whether `mesh` holds devices of processes other than this one (`jax.distributed`)."""
+    return any(d.process_index != jax.process_index() for d in mesh.devices.flat)
+
+
+def process_record_counts(n_local: int, mesh: Mesh) -> tuple[int, ...]:
+    """Every process's own row count, in process order (a collective: every process of `mesh`
+    calls it), or `(n_local,)` when `mesh` is this process's alone.
+
+    Privacy:
+        The counts pass between the custodian's own processes only; nothing is released.
+    """
+    if not spans_processes(mesh):
+        return (n_local,)
+    return tuple(int(c) for c in np.ravel(multihost_utils.process_allgather(np.int64(n_local))))
+
+
 def shard_records(codes: np.ndarray | Array, mesh: Mesh | None = None) -> tuple[Array, int]:
     """Place (n_records, n_categorical) codes on the mesh, one block of rows per device.
 
+    Over a mesh of one process, `codes` are all the records. Over a mesh spanning several
+    processes, `codes` are this process's own rows (every process calls this with its rows): each
+    process's block is padded to the largest block, rounded up to a multiple of its devices, and
+    the blocks form one global array in process order.
+
     Returns:
         (codes padded with zero rows to a multiple of the device count, sharded by rows;
-        n_records, the number of real rows).
+        n_records, the number of real rows over every process).
+
+    Raises:
+        ValueError: a multi-process mesh that does not hold the same number of devices of every
+            process.
     """
     mesh = records_mesh() if mesh is None else mesh
-    n = int(codes.shape[0])
-    pad = -n % mesh.size
-    if pad:
-        codes = np.concatenate([np.asarray(codes), np.zeros((pad, codes.shape[1]), np.asarray(codes).dtype)])
+    codes = np.asarray(codes)
     sharding = NamedSharding(mesh, PartitionSpec(AXIS, None))
-    return jax.device_put(codes, sharding), n
+    if not spans_processes(mesh):
+        n = int(codes.shape[0])
+        pad = -n % mesh.size
+        return jax.device_put(_padded(codes, n + pad), sharding), n
+    per_process = np.bincount([d.process_index for d in mesh.devices.flat], minlength=jax.process_count())
+    local_devices = int(per_process[jax.process_index()])
+    if np.any(per_process != local_devices):
+        raise ValueError(
+            "a mesh over several processes must hold as many devices of each; "
+            f"it holds {per_process.tolist()}"
+        )
+    counts = process_record_counts(int(codes.shape[0]), mesh)
+    block = -(-max(counts) // local_devices) * local_devices
+    global_shape = (block * len(counts), codes.shape[1])
+    local = _padded(codes, block)
+    return jax.make_array_from_process_local_data(sharding, local, global_shape), sum(counts)
+
+
+def _padded(codes: np.ndarray, rows: int) -> np.ndarray:
+    """`codes` with all-zero rows appended up to `rows`."""
+    pad = rows - codes.shape[0]
+    return np.concatenate([codes, np.zeros((pad, codes.shape[1]), codes.dtype)]) if pad else codes
 
 
 def sharded_marginal_counts(
