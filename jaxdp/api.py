@@ -136,7 +136,9 @@ def synthesize(
         mesh: count the records split over this mesh's devices (one axis "records":
             `jaxdp.queries.records_mesh()`; independent, gaussian, mwem, pep, pmw-pub, pep-pub,
             rap, rap-softmax, gem, gem-pub, aim, aim-gem, mst). The release equals the single-device
-            one up to float summation order: noise is added once, to the summed counts.
+            one up to float summation order: noise is added once, to the summed counts. Over a
+            mesh spanning several processes (`jax.distributed`), `data` is this process's own
+            rows, and every process releases what one process holding all of them would.
         binning_share: the fraction of the budget's rho spent on private quantile bins, when
             the table schema asks for them (`"binning": "quantiles"`).
         checkpoint: a directory to checkpoint the rounds in (`jaxdp.checkpoint`; created
