@@ -11,7 +11,8 @@ its release comes back in original labels and units:
 - `aim-quantiles`, `aim-quantiles-32`: AIM, every numeric column in 16 (32) private quantile
   bins ("binning": "quantiles", 10% of rho, charged in the ledger; at most one bin per whole
   number, coinciding cut points merged);
-- `aim-equal-width`: AIM, every numeric column in 16 equal-width bins over its bounds (free);
+- `aim-equal-width`, `aim-equal-width-64`, `aim-equal-width-128`: AIM, every numeric column in 16
+  (64, 128) equal-width bins over its bounds (free; at most one bin per whole number);
 - `gem`, `independent`: the binned baselines, 16 equal-width bins like `aim-equal-width`;
 - `rap++`: numeric columns real (Section 5.1's classes: CM + mixed marginals + linear
   thresholds).
@@ -34,7 +35,7 @@ seconds) as soon as it finishes; a rerun skips the points measured on the same c
 outer loop: a partial run covers the whole grid at fewer seeds.
 
     PYTHONPATH=. python bench/bench_mixed.py --seeds 0 1 2 3 4
-    PYTHONPATH=. python bench/bench_mixed.py --floors  # binning's own error, no mechanism
+    PYTHONPATH=. python bench/bench_mixed.py --floors  # binning's own error (16-256 bins), no mechanism
     PYTHONPATH=. python bench/bench_mixed.py --table   # the table of what is recorded
 """
 
@@ -76,10 +77,22 @@ BINNINGS = {
     "aim-quantiles": ("quantiles", 16),
     "aim-quantiles-32": ("quantiles", 32),
     "aim-equal-width": ("equal-width", 16),
+    "aim-equal-width-64": ("equal-width", 64),
+    "aim-equal-width-128": ("equal-width", 128),
     "gem": ("equal-width", 16),
     "independent": ("equal-width", 16),
 }
-MECHANISMS = ("aim", "aim-quantiles", "aim-quantiles-32", "aim-equal-width", "rap++", "gem", "independent")
+MECHANISMS = (
+    "aim",
+    "aim-quantiles",
+    "aim-quantiles-32",
+    "aim-equal-width",
+    "aim-equal-width-64",
+    "aim-equal-width-128",
+    "rap++",
+    "gem",
+    "independent",
+)
 METRICS = ("mm_test", "lt_test", "f1")
 
 
@@ -174,7 +187,7 @@ def floors(train, evaluation) -> list[dict]:
     "none" is train.csv itself (test.csv differs from it by sampling)."""
     out = [{"binning": "none", "bins": None, **evaluation(train.columns())}]
     for how in ("equal-width", "quantiles"):
-        for bins in (16, 32, 64):
+        for bins in (16, 32, 64, 128, 256):
             table = parse_table(TableSchema.from_json(schema_for((how, bins))), train.columns())
             prepared = preprocess.prepare(
                 table, real=False, epsilon=1000.0, delta=DELTA, conversion="exact",
