@@ -10,7 +10,8 @@ They come from, in the schema (`jaxdp.domain.schema`):
 - `"binning": "quantiles"`: private quantiles, the one data-dependent choice:
   `quantile_measurement` measures a histogram of each such column on a public fine grid
   (`fine_cuts`) with Gaussian noise, charged to the release's budget, and the cut points are read
-  off the noisy cumulative counts (post-processing);
+  off the noisy cumulative counts (post-processing); on release, the same noisy counts spread each
+  bin's records over the fine cells inside it (`split_fine_weights`, `jaxdp.coding`);
 - nothing: `DEFAULT_BINNING` with `DEFAULT_BINS` bins: 32 private quantile bins.
 
 Every choice but the quantiles reads only the schema, so it is public and costs nothing.
@@ -172,9 +173,26 @@ def quantile_measurement(
 def split_cuts(columns: tuple[NumericColumn, ...], noisy_answers: np.ndarray) -> dict[str, np.ndarray]:
     """{column name: cut points} from the measurement's noisy 1-way answers (post-processing;
     counts or fractions alike: quantiles do not depend on the scale)."""
+    return {
+        c.name: quantile_cuts(fine_cuts(c), block, bins_asked(c))
+        for c, block in zip(columns, _fine_blocks(columns, noisy_answers), strict=True)
+    }
+
+
+def split_fine_weights(
+    columns: tuple[NumericColumn, ...], noisy_answers: np.ndarray
+) -> dict[str, np.ndarray]:
+    """{column name: (G,) weights of its fine cells}: the measurement's noisy fine counts clipped
+    at 0, by which a release spreads each bin's records over the fine cells the bin holds
+    (`jaxdp.coding`; post-processing of the same released counts the cut points come from)."""
+    return {
+        c.name: np.maximum(block, 0.0)
+        for c, block in zip(columns, _fine_blocks(columns, noisy_answers), strict=True)
+    }
+
+
+def _fine_blocks(columns: tuple[NumericColumn, ...], noisy_answers: np.ndarray) -> list[np.ndarray]:
+    """Each column's noisy answers on its fine cells (without a nullable column's empty cell)."""
     sizes = [len(fine_cuts(c)) + 1 + c.nullable for c in columns]
     blocks = np.split(np.asarray(noisy_answers, np.float64), np.cumsum(sizes)[:-1])
-    return {
-        c.name: quantile_cuts(fine_cuts(c), block[: len(block) - c.nullable], bins_asked(c))
-        for c, block in zip(columns, blocks, strict=True)
-    }
+    return [block[: len(block) - c.nullable] for c, block in zip(columns, blocks, strict=True)]

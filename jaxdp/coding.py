@@ -9,9 +9,13 @@ the coded `Domain` a mechanism sees:
   and a nullable one gains a categorical companion column "<name> (empty)" (an empty cell's
   value is stored as the lower bound, the companion says it is empty).
 
-`decode` maps a release back to the schema's columns, labels and units: a value drawn uniformly
-within its bin (uniformly among the bin's whole numbers for an integer column), values rounded
-to whole numbers where declared, empty where the release says so.
+`decode` maps a release back to the schema's columns, labels and units: a value drawn within its
+bin, values rounded to whole numbers where declared, empty where the release says so. Within a
+bin of private quantiles the value follows the noisy fine histogram the quantiles were read from
+(each fine cell of the bin in proportion to its noisy count clipped at 0, then uniform within the
+cell); within any other bin it is uniform (among the bin's whole numbers for an integer column).
+The fine histogram is already released (and charged) for the cut points: following it costs
+nothing, and places values where the data is within wide bins.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxdp.binning import bin_codes, method
+from jaxdp.binning import bin_codes, fine_cuts, method
 from jaxdp.domain import (
     Attribute,
     Categorical,
@@ -52,12 +56,16 @@ class TableCoding:
         cuts: cut points of each binned numeric column (none when `real`).
         real: numeric columns stay real (RAP++).
         private: names of the columns whose cut points were chosen from the data (charged).
+        fine: per private column, the (G,) weights of its fine cells (`binning.fine_cuts`; the
+            noisy fine counts clipped at 0, `binning.split_fine_weights`) that place a bin's
+            values; a column without them is decoded uniformly within its bins.
     """
 
     schema: TableSchema
     cuts: Mapping[str, np.ndarray]
     real: bool = False
     private: frozenset[str] = frozenset()
+    fine: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.real:
@@ -158,7 +166,9 @@ class TableCoding:
                 values[c.name] = out
             else:
                 uniform = np.asarray(jax.random.uniform(jax.random.fold_in(key, j), (len(synthetic),)))
-                values[c.name] = _within_bins(c, self.cuts[c.name], cat[c.name], uniform.astype(np.float64))
+                values[c.name] = _within_bins(
+                    c, self.cuts[c.name], cat[c.name], uniform.astype(np.float64), self.fine.get(c.name)
+                )
         return RawTable(self.schema, codes, values)
 
     def describe(self) -> dict[str, Any]:
@@ -180,6 +190,8 @@ class TableCoding:
                     "edges": [float(x) for x in cuts],
                     "source": "private (charged)" if c.name in self.private else "public (schema)",
                 }
+                if c.name in self.fine:
+                    entry["within_bins"] = f"noisy fine histogram ({len(self.fine[c.name])} cells)"
             if isinstance(c, NumericColumn):
                 entry["integer"] = c.integer
             entry["nullable"] = c.nullable
@@ -188,19 +200,60 @@ class TableCoding:
 
 
 def _within_bins(
-    column: NumericColumn, cuts: np.ndarray, bins: np.ndarray, uniform: np.ndarray
+    column: NumericColumn,
+    cuts: np.ndarray,
+    bins: np.ndarray,
+    uniform: np.ndarray,
+    fine_weights: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Original units from bin codes: uniform within [start, end) of the bin (among its whole
-    numbers for an integer column); NaN for the empty bin."""
+    """Original units from bin codes and one uniform draw per record; NaN for the empty bin.
+
+    Without `fine_weights`: uniform within [start, end) of the bin (among its whole numbers for
+    an integer column). With them (one weight per cell of `binning.fine_cuts(column)`, of which
+    `cuts` are a subset, so each fine cell lies in one bin): the inverse CDF of the density that
+    gives each fine cell of the bin its weight's share (a bin whose weights are all 0: each cell
+    its width's share, uniform over the bin) and is uniform within the cell.
+    """
     k = len(cuts) + 1
     empty = bins >= k
     index = np.where(empty, 0, bins)
-    if column.integer:
-        starts, ends = column.whole_number_bins(cuts)
-        out = starts[index] + np.floor(uniform * (ends[index] - starts[index] + 1))
-        out = np.minimum(out, ends[index])  # u * count rounds to count only when u is 1 - 2^-24
-    else:
-        starts = np.concatenate([[column.lower], cuts])
-        ends = np.concatenate([cuts, [column.upper]])
-        out = starts[index] + uniform * (ends[index] - starts[index])
+    if fine_weights is None:
+        starts, ends = _bin_bounds(column, cuts)
+        out = _inside(column, starts[index], ends[index], uniform)
+        return np.where(empty, np.nan, out)
+    starts, ends = _bin_bounds(column, fine_cuts(column))
+    width = ends - starts + 1 if column.integer else ends - starts
+    cell_bin = bin_codes(cuts, starts)
+    weights = np.asarray(fine_weights, np.float64)
+    per_bin = np.bincount(cell_bin, weights=weights, minlength=k)
+    mass = np.where(per_bin[cell_bin] > 0, weights, width)
+    share = mass / np.bincount(cell_bin, weights=mass, minlength=k)[cell_bin]
+    # the within-bin CDF's upper end of each cell, offset by its bin: increasing over all cells
+    upper = np.concatenate([np.cumsum(share[cell_bin == b]) for b in range(k)])
+    cell = np.searchsorted(cell_bin + upper, index + uniform, side="right")
+    first = np.searchsorted(cell_bin, index, side="left")
+    last = np.searchsorted(cell_bin, index, side="right") - 1
+    cell = np.clip(cell, first, last)  # rounding of the CDF's last step
+    lower = upper[cell] - share[cell]
+    within = np.clip(
+        (uniform - lower) / np.where(share[cell] > 0, share[cell], 1.0), 0.0, np.nextafter(1.0, 0)
+    )
+    out = _inside(column, starts[cell], ends[cell], within)
     return np.where(empty, np.nan, out)
+
+
+def _bin_bounds(column: NumericColumn, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the bins the cut points make: their first and last whole numbers for an
+    integer column, else [start, end) in the column's units."""
+    if column.integer:
+        return column.whole_number_bins(cuts)
+    return np.concatenate([[column.lower], cuts]), np.concatenate([cuts, [column.upper]])
+
+
+def _inside(column: NumericColumn, starts: np.ndarray, ends: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """A value at position `uniform` in [0, 1) of each [start, end) (of each start..end whole
+    numbers, for an integer column)."""
+    if column.integer:
+        out = starts + np.floor(uniform * (ends - starts + 1))
+        return np.minimum(out, ends)  # u * count rounds to count only when u is 1 - 2^-24
+    return starts + uniform * (ends - starts)

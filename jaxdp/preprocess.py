@@ -80,6 +80,7 @@ def prepare(
     budget: dict[str, Any] = {"epsilon": epsilon, "delta": delta}
     ledger: list[LedgerEntry] = []
     cuts: dict[str, np.ndarray] = {}
+    fine: dict[str, np.ndarray] = {}
     private = () if real else tuple(c for c in table.schema.numeric if binning.is_private(c))
     if not real:
         cuts = {c.name: binning.public_cuts(c) for c in table.schema.numeric if not binning.is_private(c)}
@@ -89,13 +90,15 @@ def prepare(
         )
         # a registry mechanism: checked for key reuse by the test suite, not on every release
         run = loop.run(mechanism, preprocess_key(key), check_keys=False)
-        cuts.update(binning.split_cuts(private, np.asarray(run.state.model.noisy_answers)))
+        noisy = np.asarray(run.state.model.noisy_answers)
+        cuts.update(binning.split_cuts(private, noisy))
+        fine = binning.split_fine_weights(private, noisy)
         label = "private binning: fine histograms of " + ", ".join(c.name for c in private)
         ledger = [dataclasses.replace(e, round=-1, label=label) for e in run.ledger]
         for charge in mechanism.plan.charges:
             plan = plan.with_charge(dataclasses.replace(charge, label=label))
         budget = {"epsilon": None, "delta": None, "rho": plan.rho_budget - rho_spent(ledger)}
-    coding = TableCoding(table.schema, cuts, real=real, private=frozenset(c.name for c in private))
+    coding = TableCoding(table.schema, cuts, real=real, private=frozenset(c.name for c in private), fine=fine)
     return Prepared(coding, coding.encode(table), budget, plan, ledger)
 
 
