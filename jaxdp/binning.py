@@ -16,15 +16,16 @@ They come from, in the schema (`jaxdp.domain.schema`):
 
 Every choice but the quantiles reads only the schema, so it is public and costs nothing.
 
-Why the default is private quantiles (bench/bench_mixed.py, raw Adult train, seed 0; errors on
+Why the default is private quantiles (bench/bench_mixed.py --floors, raw Adult train; errors on
 the test split). Binned and decoded without noise, the table's own error floor on 20,000 random
-mixed marginals is 0.0103 / 0.0068 / 0.0052 with 16 / 32 / 64 equal-width bins per numeric column
-and 0.0095 / 0.0065 / 0.0054 with as many private quantile bins, which merge where the mass sits
-(Adult's capital-gain gets 4 bins of 32, fnlwgt 21): the same floor over a far smaller domain, so
-less noise per cell. AIM with 16 quantile bins beats 16 equal-width bins at epsilon 0.3 and 1
-(mixed-marginal error 0.0085 vs 0.0122, 0.0092 vs 0.0102) and sits at the 16-bin floor by epsilon
-3; with 32 quantile bins it gets 0.0067 at epsilon 0.3, RAP++'s 0.0069. The quantiles cost 10% of
-the budget; a schema that declares `bins` or `edges` pays nothing.
+mixed marginals is 0.0103 / 0.0068 / 0.0052 / 0.0042 with 16 / 32 / 64 / 128 equal-width bins per
+numeric column. Private quantile bins merge where the mass sits (Adult's capital-gain gets 4 bins
+of 32, fnlwgt 21), so a far smaller domain and less noise per cell; decoded uniformly within
+their bins their floor was 0.0095 / 0.0065 / 0.0054 (no lower than 0.0052 at any count), and
+decoded by the fine histogram (`jaxdp.coding`) it is 0.0044 / 0.0042, that of the 128-cell grid.
+AIM with 32 quantile bins at epsilon 1: mixed-marginal error 0.0080 decoded uniformly, 0.0062 by
+the fine histogram (seeds 0-2; bench/README.md, "Raw Adult through a table schema"). The
+quantiles cost 10% of the budget; a schema that declares `bins` or `edges` pays nothing.
 """
 
 from __future__ import annotations
