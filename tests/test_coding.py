@@ -187,18 +187,19 @@ def test_values_in_a_private_bin_follow_the_noisy_fine_histogram(column):
 def test_a_private_release_places_values_by_its_fine_histogram_and_says_so():
     """Through `preprocess.prepare`: the private columns carry their noisy fine counts (clipped
     at 0), the report says how values are placed, and every decoded value re-encodes to its bin.
-    A heavy tail (ages 17-30, and a tenth of the records 50-59) leaves a top quantile bin far
-    wider than its data: the fine histogram keeps its values near 50-59, where the uniform
-    spread of the same bins (the negative control) reaches 90."""
+    "w" has two clusters, [0, 0.05) and [0.5, 0.55), so one quantile bin spans the empty gap
+    between them: the fine histogram keeps its values near the clusters (2% land in the gap, on
+    the noise of the empty cells), where the uniform spread of the same bins (the negative
+    control) puts 7.5% there."""
     import dataclasses
 
     from jaxdp import preprocess
     from jaxdp.types import Neighboring
 
     rng = np.random.default_rng(0)
-    n = 4000
-    age = np.where(rng.random(n) < 0.1, rng.integers(50, 60, n), rng.integers(17, 31, n))
-    table = parse_table(PRIVATE, {"age": age, "w": rng.beta(2, 8, n)})
+    n = 20_000
+    w = np.where(rng.random(n) < 0.5, rng.uniform(0, 0.05, n), rng.uniform(0.5, 0.55, n))
+    table = parse_table(PRIVATE, {"age": rng.integers(17, 91, n), "w": w})
     prepared = preprocess.prepare(
         table, real=False, epsilon=1.0, delta=1e-9, conversion="exact",
         relation=Neighboring.ADD_REMOVE, key=jax.random.key(0),
@@ -214,5 +215,5 @@ def test_a_private_release_places_values_by_its_fine_histogram_and_says_so():
     decoded = coding.decode(prepared.dataset, jax.random.key(1))
     np.testing.assert_array_equal(coding.encode(decoded).codes, prepared.dataset.codes)
     uniform = dataclasses.replace(coding, fine={}).decode(prepared.dataset, jax.random.key(1))
-    beyond = [np.mean(t.values["age"] >= 62) for t in (decoded, uniform)]
-    assert beyond[0] < 0.01 < 0.03 < beyond[1]
+    in_gap = [np.mean((t.values["w"] > 0.06) & (t.values["w"] < 0.49)) for t in (decoded, uniform)]
+    assert in_gap[0] < 0.035 < 0.06 < in_gap[1]
