@@ -82,7 +82,16 @@ def private_codes(data: Dataset, mesh: Mesh | None = None) -> tuple[Sensitive, i
     """
     if not isinstance(data, Dataset):
         raise TypeError(f"data must be a jaxdp.Dataset, got {type(data).__name__}")
-    n = record_count(data, mesh)
+    if mesh is None:
+        _check_count(len(data))
+        return Sensitive(jnp.asarray(data.codes, jnp.int32)), len(data)
+    _check_mesh(mesh)
+    codes, n = shard_records(np.asarray(data.codes, np.int32), mesh)  # n: every process's rows
+    _check_count(n)
+    return Sensitive(codes), n
+
+
+def _check_count(n: int) -> None:
     if n == 0:
         raise DataError("the dataset holds no records (0 records)")
     if n >= MAX_RECORDS:
@@ -90,9 +99,6 @@ def private_codes(data: Dataset, mesh: Mesh | None = None) -> tuple[Sensitive, i
             f"the table has {n:,} records; float32 counts are exact only below {MAX_RECORDS:,}, "
             "so the declared sensitivities would not hold"
         )
-    if mesh is None:
-        return Sensitive(jnp.asarray(data.codes, jnp.int32)), n
-    return Sensitive(shard_records(np.asarray(data.codes, np.int32), mesh)[0]), n
 
 
 def _check_mesh(mesh: Mesh) -> None:

@@ -381,6 +381,7 @@ def adaptive(
             i,
             spec,
             data,
+            n,
             family,
             measure,
             plan.rho_budget * spec.weight / total_weight,
@@ -436,7 +437,7 @@ def _query_classes(workload, select, rounds, classes, label) -> tuple[QueryClass
     return classes
 
 
-def _build_class(i, spec, data, family, measure, rho, *, alpha, relation, noise, mesh, several):
+def _build_class(i, spec, data, n, family, measure, rho, *, alpha, relation, noise, mesh, several):
     """(the class built: counts, calibrated rule and measurement; what the family is told of it;
     its planned charges)."""
     where = f"classes[{i}]: " if several else ""
@@ -470,7 +471,6 @@ def _build_class(i, spec, data, family, measure, rho, *, alpha, relation, noise,
     selects, measures = rule.charges_per_round() > 0, measure is not None
     if alpha is not None and not (selects and measures):
         raise ValueError("alpha splits a round between a private selection and a measurement; this has one")
-    n = record_count(data, mesh)
     if selects and measures:
         alpha = _checks.fraction(0.5 if alpha is None else alpha, "alpha", allow_one=False)
         rho_select, rho_measure = round_shares(rho, rounds, alpha)
