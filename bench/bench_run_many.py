@@ -1,4 +1,5 @@
-"""Many seeds at once: `jaxdp.run_many` against a Python loop of `jaxdp.run`, as JSON lines.
+"""Many seeds, or an epsilon grid, at once: `jaxdp.run_many` against a Python loop of
+`jaxdp.run`, as JSON lines.
 
 ADULT reduced, all 35 3-way marginals, epsilon 1, 8 seeds (`jax.random.split(key(0), 8)`), for
 each mechanism named: a Python loop of `run` over the seeds, `run_many` (batching "loop", the
@@ -9,7 +10,13 @@ a warm-up call of the same form (so compiling is excluded; the warm-up's seconds
 inflates timings). For "map" and "vmap" the record also says whether every seed's Info (its
 selections) equals its single run's and the largest state difference.
 
+With --epsilons, the lanes are every (epsilon, seed) pair: the mechanism built at each epsilon,
+run from each seed's key (`run_many` given one mechanism per lane). The Python loop's warm-up
+call (`first_seconds`) then includes compiling once per distinct program: once in all where the
+noise scales are data, once per epsilon where they were static settings.
+
     python bench/bench_run_many.py --mechanisms pep rap-softmax aim-pep --out bench/results/run_many.jsonl
+    python bench/bench_run_many.py --mechanisms pep gem --epsilons 0.3 1 3 --seeds 4 --no-vmap
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import argparse
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from _common import Recorder, block, load_average
 
@@ -28,13 +36,13 @@ from jaxdp.selection import AIMSelection
 
 KERNEL = "run_many"
 MECHANISMS = {
-    "pep": lambda d, w: jaxdp.pep(d, w, rounds=10, epsilon=1.0, delta=1e-9),
-    "mwem": lambda d, w: jaxdp.mwem(d, w, rounds=10, epsilon=1.0, delta=1e-9),
-    "rap-softmax": lambda d, w: jaxdp.rap_softmax(d, w, rounds=5, epsilon=1.0, delta=1e-9),
-    "gem": lambda d, w: jaxdp.gem(d, w, rounds=10, epsilon=1.0, delta=1e-9),
+    "pep": lambda d, w, e: jaxdp.pep(d, w, rounds=10, epsilon=e, delta=1e-9),
+    "mwem": lambda d, w, e: jaxdp.mwem(d, w, rounds=10, epsilon=e, delta=1e-9),
+    "rap-softmax": lambda d, w, e: jaxdp.rap_softmax(d, w, rounds=5, epsilon=e, delta=1e-9),
+    "gem": lambda d, w, e: jaxdp.gem(d, w, rounds=10, epsilon=e, delta=1e-9),
     # README's composition: AIM's selection with PEP's projection (a Python loop: vmap loops too)
-    "aim-pep": lambda d, w: jaxdp.adaptive(
-        d, w, select=AIMSelection(), family=PEP(max_steps=25), rounds=16, epsilon=1.0, delta=1e-9
+    "aim-pep": lambda d, w, e: jaxdp.adaptive(
+        d, w, select=AIMSelection(), family=PEP(max_steps=25), rounds=16, epsilon=e, delta=1e-9
     ),
 }
 
@@ -83,36 +91,50 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mechanisms", nargs="+", default=["pep"], choices=list(MECHANISMS))
     parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument(
+        "--epsilons", type=float, nargs="+", default=None, help="an epsilon grid (lanes x seeds)"
+    )
     parser.add_argument("--no-vmap", action="store_true", help="skip the (slow on CPU) vmap strategy")
+    parser.add_argument("--only-loop", action="store_true", help="time only the Python loop of run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     rec = Recorder(args.out)
     data = jaxdp.datasets.load("adult-reduced")
     workload = all_kway(data.domain.sizes, 3)
-    keys = jax.random.split(jax.random.key(0), args.seeds)
+    seed_keys = jax.random.split(jax.random.key(0), args.seeds)
+    epsilons = args.epsilons or [1.0]
+    keys = jnp.stack([k for _ in epsilons for k in seed_keys])
     for name in args.mechanisms:
-        mech = MECHANISMS[name](data, workload)
+        built = [MECHANISMS[name](data, workload, e) for e in epsilons]
+        lanes = [m for m in built for _ in seed_keys]
+        mech = lanes if args.epsilons else built[0]
         sizes = {
             "dataset": "adult-reduced",
             "marginals": len(workload),
-            "rounds": mech.rounds,
+            "rounds": built[0].rounds,
             "seeds": args.seeds,
+            **({"epsilons": epsilons} if args.epsilons else {}),
         }
         strategies = {
-            "python loop of run": lambda m=mech: [jaxdp.run(m, k).state for k in keys],
+            "python loop of run": lambda lanes=lanes: [
+                jaxdp.run(m, k) for m, k in zip(lanes, keys, strict=True)
+            ],
             "run_many loop": lambda m=mech: jaxdp.run_many(m, keys).state,
         }
-        if mech.jittable:
+        if args.only_loop:
+            del strategies["run_many loop"]
+        elif built[0].jittable:
             strategies["run_many map"] = lambda m=mech: jaxdp.run_many(m, keys, batching="map")
-        if not args.no_vmap and mech.jittable:
+        if not (args.no_vmap or args.only_loop) and built[0].jittable:
             strategies["run_many vmap"] = lambda m=mech: jaxdp.run_many(m, keys, batching="vmap")
-        singles = [jaxdp.run(mech, k) for k in keys]
+        singles = None  # the loop of `run`'s runs, timed first so that its warm-up compiles
         for label, fn in strategies.items():
             out, timing = timed(fn, args.repeats)
             fields = {"mechanism": name, "strategy": label, **timing}
             if label in ("run_many map", "run_many vmap"):
                 fields.update(agreement(out, singles))
+            singles = out if singles is None else singles
             rec.emit(KERNEL, sizes, **fields)
 
 

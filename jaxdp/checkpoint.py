@@ -96,8 +96,9 @@ def key_fingerprint(key: Key) -> str:
 
 
 def mechanism_fingerprint(mechanism) -> dict[str, str]:
-    """The built mechanism's settings (its static fields, which hold its plan) and private inputs
-    (its leaves: true answers or coded records, and any public data), one digest each."""
+    """The built mechanism's settings (its static fields, which hold its plan) and inputs (its
+    leaves: true answers or coded records, any public data, and its noise scales), one digest
+    each."""
     leaves, treedef = jax.tree_util.tree_flatten(mechanism)
     return {
         "mechanism_settings": digest(type(mechanism).__qualname__, str(treedef)),

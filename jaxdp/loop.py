@@ -1,9 +1,10 @@
 """The driver: runs a mechanism's rounds from a root key. This is the jit boundary.
 
-`run_many` runs one mechanism from many root keys (seeds) and audits each seed's ledger; by
-default the seeds run one after another (`batching="loop"`), each exactly as `run` runs it;
-`batching="map"` runs them all in one compiled program, lane after lane (the fastest way on
-CPU), and `batching="vmap"` all at once (docs/architecture.md, "Many seeds").
+`run_many` runs one mechanism from many root keys (seeds), or one factory's mechanisms at several
+budgets (an epsilon grid), and audits each lane's ledger; by default the lanes run one after
+another (`batching="loop"`), each exactly as `run` runs it; `batching="map"` runs them all in one
+compiled program, lane after lane (the fastest way on CPU), and `batching="vmap"` all at once
+(docs/architecture.md, "Many seeds").
 
 Every compiled program here takes the mechanism as an argument, so its private leaves
 (`Sensitive`) are inputs of the program, never constants baked into it; `jit_step` gives the
@@ -38,6 +39,7 @@ from jaxdp.accounting import BudgetExceededError
 from jaxdp.checkpoint import Checkpoint, CheckpointError, Saved
 from jaxdp.contract import realised_plan
 from jaxdp.keys import Stream, require_key, require_keys, round_key, stream_key
+from jaxdp.lanes import Lanes, lanes_of
 from jaxdp.ledger import LedgerEntry, check_ledger, ledger_from_info
 from jaxdp.types import Key
 
@@ -328,81 +330,104 @@ def run_many(
     batching: str = "loop",
     check_keys: bool = True,
 ) -> ManyResult:
-    """Run one mechanism from many root keys (seeds), auditing each seed's ledger.
+    """Run one mechanism from many root keys (seeds), or several budgets of one mechanism (an
+    epsilon grid), auditing each lane's ledger.
 
     Args:
-        mechanism: meets `jaxdp.contract.Mechanism`.
-        keys: (seeds,) root keys, e.g. `jax.random.split(jax.random.key(0), 8)`; each as secret
+        mechanism: meets `jaxdp.contract.Mechanism`, run from every key; or a sequence of such
+            mechanisms, one per key (lane), built by one factory with the same settings but
+            their budgets, e.g. `[jaxdp.pep(data, w, epsilon=e, delta=1e-9) for e in grid]`: they
+            hold their noise scales as data, so they differ only in leaves and plans, and "map"
+            and "vmap" run them as one compiled program. Settings that change what is compiled
+            (rounds, sizes, options) must be equal in every lane; one that is not is named.
+        keys: (lanes,) root keys, e.g. `jax.random.split(jax.random.key(0), 8)`; each as secret
             as a single run's key.
-        rounds: rounds per seed (default: all the mechanism planned).
-        batching: "loop" (default): the seeds run one after another through `run`'s compiled
-            program, so seed i's state, Info, ledger and release are exactly those of
-            `run(mechanism, keys[i])` and `audit.replay` reproduces any seed. "map": one
-            program running the seeds lane after lane (`jax.lax.map`): no host round trip
-            between seeds, as fast as the loop or faster on the 2-core CPU. "vmap": one program
+        rounds: rounds per lane (default: all the mechanisms planned).
+        batching: "loop" (default): the lanes run one after another through `run`'s compiled
+            program, so lane i's state, Info, ledger and release are exactly those of
+            `run(mechanism_i, keys[i])` and `audit.replay` reproduces any lane. "map": one
+            program running the lanes one after another (`jax.lax.map`): no host round trip
+            between lanes, as fast as the loop or faster on the 2-core CPU. "vmap": one program
             running every lane at once, for accelerators (on the 2-core CPU it was slower than
-            the loop for every mechanism measured). The seeds of one program are private runs
+            the loop for every mechanism measured). The lanes of one program are private runs
             like any other (each ledger is audited), but the program is compiled as a whole, so
             its floats may round differently from `run`'s (batched kernels do), and a rounding
-            difference can change an exact selection: a seed need not equal
-            `run(mechanism, keys[i])`, and `audit.replay_many` replays the batch bit for bit
+            difference can change an exact selection: a lane need not equal
+            `run(mechanism_i, keys[i])`, and `audit.replay_many` replays the batch bit for bit
             (docs/architecture.md, "Many seeds"). A mechanism with `jittable = False` (AIM)
             always runs as a loop: asking it for "map" or "vmap" logs a warning and loops.
         check_keys: as for `run`.
 
     Returns:
-        ManyResult with the stacked states and Info and one audited ledger per seed.
+        ManyResult with the stacked states and Info and one audited ledger per lane.
 
     Raises:
-        As `run`, for any seed.
+        As `run`, for any lane; ValueError: a sequence whose length is not the number of keys,
+        or whose mechanisms differ in more than data and plans ("map" and "vmap").
 
     Privacy:
-        Each seed is a separate run with its own root key, audited against the plan on its own:
-        releasing the outputs of several seeds of the same data composes their costs.
+        Each lane is a separate run with its own root key, audited against its own mechanism's
+        plan: a lane that drew at another lane's noise scale fails its audit. Releasing the
+        outputs of several lanes of the same data composes their costs.
     """
-    mechanism = contract.check_mechanism(mechanism)
     keys = require_keys(keys)
-    rounds = _rounds(mechanism, rounds)
+    mechanisms = _per_lane(mechanism, keys.shape[0])
+    rounds = _rounds(mechanisms[0], rounds)
     _checks.one_of(batching, BATCHINGS, "batching")
-    jittable = contract.jittable(mechanism)
+    jittable = all(contract.jittable(m) for m in mechanisms)
     if batching != "loop" and not jittable:
         logger.warning(
-            "%s runs as a Python loop (jittable = False): run_many runs its %d seeds one after another",
-            type(mechanism).__name__,
+            "%s runs as a Python loop (jittable = False): run_many runs its %d lanes one after another",
+            type(mechanisms[0]).__name__,
             keys.shape[0],
         )
         batching = "loop"
     if batching == "loop":
-        runs = [run(mechanism, key, rounds, check_keys=check_keys) for key in keys]
+        runs = [run(m, key, rounds, check_keys=check_keys) for m, key in zip(mechanisms, keys, strict=True)]
         ledgers = tuple(r.ledger for r in runs)
         if not jittable:
             states, infos = tuple(r.state for r in runs), tuple(r.info for r in runs)
             return ManyResult(states, infos, ledgers, batching, stacked=False)
         state, info = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[(r.state, r.info) for r in runs])
         return ManyResult(state, info, ledgers, batching)
+    lanes = lanes_of(mechanisms)
     with _key_reuse_checked(check_keys):
-        state, info = _seeds_jit(mechanism, keys, rounds, batching)
-    complete = rounds == mechanism.rounds
+        state, info = _lanes_jit(
+            lanes.shared, lanes.stacked, keys, lanes.treedef, lanes.batched, rounds=rounds, batching=batching
+        )
     ledgers = tuple(
         _audited_ledger(
-            mechanism, *jax.tree_util.tree_map(lambda x, i=i: x[i], (state, info)), complete=complete
+            m, *jax.tree_util.tree_map(lambda x, i=i: x[i], (state, info)), complete=rounds == m.rounds
         )
-        for i in range(keys.shape[0])
+        for i, m in enumerate(mechanisms)
     )
     return ManyResult(state, info, ledgers, batching)
 
 
-def _seeds(mechanism, keys, rounds: int, batching: str):
-    """Every seed's run in one program: lane after lane ("map") or all lanes at once ("vmap")."""
+def _per_lane(mechanism, lanes: int) -> tuple:
+    """One checked mechanism per lane: the one given for every lane, or the sequence given."""
+    if not isinstance(mechanism, list | tuple):
+        return (contract.check_mechanism(mechanism),) * lanes
+    if len(mechanism) != lanes:
+        raise ValueError(f"mechanism: {len(mechanism)} mechanisms for {lanes} keys; give one per key")
+    return tuple(contract.check_mechanism(m) for m in mechanism)
 
-    def one(key):
+
+def _lanes(shared, stacked, keys, treedef, batched, rounds: int, batching: str):
+    """Every lane's run in one program: lane after lane ("map") or all lanes at once ("vmap")."""
+    lanes = Lanes(treedef, batched, shared, stacked)
+
+    def one(lane_leaves, key):
+        mechanism = lanes.mechanism(lane_leaves)
         state = mechanism.init(stream_key(key, Stream.INIT))
         return _scan_rounds(mechanism, state, key, jnp.zeros((), jnp.int32), rounds)
 
-    return jax.lax.map(one, keys) if batching == "map" else jax.vmap(one)(keys)
+    if batching == "map":
+        return jax.lax.map(lambda lane: one(*lane), (stacked, keys))
+    return jax.vmap(one)(stacked, keys)
 
 
-_seeds_jit = jax.jit(_seeds, static_argnames=("rounds", "batching"))
+_lanes_jit = jax.jit(_lanes, static_argnums=(3, 4), static_argnames=("rounds", "batching"))
 
 
 @jax.jit

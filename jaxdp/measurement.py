@@ -66,9 +66,14 @@ class GaussianCounts:
     candidates: str = static_field(default=MARGINALS)
     k: int = static_field(default=0)
     n_candidates: int = static_field(default=0)
-    sigma: float = static_field(default=0.0)
+    scale: noise_module.GaussianScale | None = None  # data: one program serves every budget
     sensitivity: float = static_field(default=0.0)
     noise: str = static_field(default="discrete")
+
+    @property
+    def sigma(self) -> float:
+        """The noise scale in counts (host)."""
+        return float(self.scale.sigma)
 
     def calibrate(
         self,
@@ -104,7 +109,7 @@ class GaussianCounts:
             candidates=candidates,
             k=k,
             n_candidates=n_candidates,
-            sigma=sigma,
+            scale=noise_module.gaussian_scale(sigma, noise),
             sensitivity=sensitivity,
             noise=noise,
         )
@@ -116,7 +121,7 @@ class GaussianCounts:
         Privacy:
             Reads the true counts of the chosen candidates; see the class docstring.
         """
-        settings = dict(sigma=self.sigma, sensitivity=self.sensitivity, noise=self.noise)
+        settings = dict(sigma=self.scale, sensitivity=self.sensitivity, noise=self.noise)
         if self.candidates == MARGINALS:
             index = self.padding.gather[chosen]
             marginal, cell = chosen, jnp.full(chosen.shape, -1, jnp.int32)
@@ -135,7 +140,7 @@ class GaussianCounts:
                 cell = chosen - jnp.asarray(self.workload.offsets, jnp.int32)[marginal]
             true = counts.map(lambda c: c[chosen][:, None])
             noisy, charge = noise_module.measure_counts(key, true, **settings)
-        sigma = jnp.asarray(self.sigma, jnp.float32)
+        sigma = jnp.asarray(self.scale.sigma, jnp.float32)
         return Measured(chosen, marginal, cell, index, noisy, sigma), (charge,)
 
 

@@ -1,10 +1,15 @@
 """The only place private values meet randomness.
 
 Every function here takes a `Sensitive` value, a required typed key and a noise scale that was
-fixed on the host (a Python float, never a traced value), releases a noisy or selected output,
-and returns a `Charge` describing the invocation, which the mechanism puts in its round's Info so
-the ledger records it. Costs are computed by `jaxdp.accounting.charge_rho` from what is recorded
-here.
+fixed on the host, releases a noisy or selected output, and returns a `Charge` describing the
+invocation, which the mechanism puts in its round's Info so the ledger records it. Costs are
+computed by `jaxdp.accounting.charge_rho` from what is recorded here.
+
+A scale is given as a Python float, or as a `GaussianScale` / `SelectionScale` built from one on
+the host (`gaussian_scale`, `selection_scale`): the float and the exact sampler's integer
+parameters for it, as arrays. A mechanism holds its scales in that second form, as data, so that
+one compiled program serves every budget and an epsilon grid runs as one program
+(`jaxdp.loop.run_many`); the scale is still fixed before the data is read, never computed from it.
 
 Two kinds of primitive (the `noise=` option of every mechanism, `NOISES`):
 - "discrete" (the default): integer counts plus exact discrete Gaussian or discrete Laplace
@@ -25,11 +30,12 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdp import samplers
 from jaxdp.accounting import gaussian_sigma
 from jaxdp.keys import require_key
-from jaxdp.types import Array, Charge, Key, Sensitive
+from jaxdp.types import Array, Charge, Key, Sensitive, pytree_dataclass, static_field
 
 PRIMITIVES = (
     "gaussian",
@@ -72,7 +78,75 @@ def _static_positive(value: object, name: str) -> float:
     return float(value)
 
 
-def _charge(primitive: str, sensitivity: float, scale: float, count: int = 1) -> Charge:
+@pytree_dataclass
+class GaussianScale:
+    """A Gaussian measurement's noise scale, fixed on the host (`gaussian_scale`) and carried as
+    data: sigma (a float64 scalar array, in the measurement's units; float32 once traced) and,
+    for discrete noise, the exact sampler's parameters for it (`samplers.gaussian_params`).
+    Measuring with it draws what measuring with the float draws."""
+
+    sigma: Array
+    exact: samplers.GaussianParams | None = None
+
+
+@pytree_dataclass
+class SelectionScale:
+    """An exponential mechanism's scale 2 sensitivity / epsilon, fixed on the host
+    (`selection_scale`) and carried as data: the Gumbel scale (a float64 scalar array; float32
+    once traced) and, for discrete noise,
+    the exact sampler's rate per grid step for scores of sensitivity `steps` grid steps
+    (GRID_STEPS: exact int32 scores; GRID_STEPS + 2: quantised float scores). Selecting with it
+    draws what selecting with the float draws."""
+
+    scale: Array
+    rate: samplers.DyadicRate | None = None
+    steps: int = static_field(default=GRID_STEPS)
+
+
+def gaussian_scale(sigma: float, noise: str) -> GaussianScale:
+    """The `GaussianScale` of `sigma` under the `noise` option.
+
+    Raises:
+        ValueError: sigma not finite and > 0, outside the exact sampler's range, or an unknown noise.
+    """
+    sigma = _static_positive(sigma, "sigma")
+    _check_noise(noise)
+    exact = samplers.gaussian_params(samplers.gaussian_lattice(sigma)) if noise == "discrete" else None
+    return GaussianScale(np.asarray(sigma, np.float64), exact)
+
+
+def selection_scale(scale: float, sensitivity: float, noise: str, *, exact_scores: bool) -> SelectionScale:
+    """The `SelectionScale` of `scale` for scores of `sensitivity` under the `noise` option:
+    `exact_scores` for int32 grid scores (`select_grid`), else float scores (`select`)."""
+    scale = _static_positive(scale, "scale")
+    sensitivity = _static_positive(sensitivity, "sensitivity")
+    _check_noise(noise)
+    steps = GRID_STEPS if exact_scores else _QUANTISED_SENSITIVITY
+    rate = samplers.dyadic_rate(*_selection_rate(scale, sensitivity, steps)) if noise == "discrete" else None
+    return SelectionScale(np.asarray(scale, np.float64), rate, steps)
+
+
+def _gaussian(sigma: float | GaussianScale, noise: str) -> GaussianScale:
+    if isinstance(sigma, GaussianScale):
+        if noise == "discrete" and sigma.exact is None:
+            raise ValueError("this GaussianScale was built for float noise: it has no exact parameters")
+        return sigma
+    return gaussian_scale(sigma, noise)
+
+
+def _selection(scale: float | SelectionScale, sensitivity: float, noise: str, steps: int) -> SelectionScale:
+    if isinstance(scale, SelectionScale):
+        if noise == "discrete" and (scale.rate is None or scale.steps != steps):
+            raise ValueError(
+                f"this SelectionScale's rate is for scores of sensitivity {scale.steps} grid steps "
+                f"(or for float noise), not {steps}: build it with selection_scale(..., exact_scores=...) "
+                "as the scores are computed"
+            )
+        return scale
+    return selection_scale(scale, sensitivity, noise, exact_scores=steps == GRID_STEPS)
+
+
+def _charge(primitive: str, sensitivity: float, scale: float | Array, count: int = 1) -> Charge:
     return Charge(
         primitive=jnp.asarray(PRIMITIVES.index(primitive), jnp.int32),
         sensitivity=jnp.asarray(sensitivity, jnp.float32),
@@ -103,13 +177,15 @@ def _reveal(value: Sensitive, name: str) -> Array:
     return value._value
 
 
-def gaussian(key: Key, value: Sensitive, *, sigma: float, sensitivity: float) -> tuple[Array, Charge]:
+def gaussian(
+    key: Key, value: Sensitive, *, sigma: float | GaussianScale, sensitivity: float
+) -> tuple[Array, Charge]:
     """Release `value + N(0, sigma^2 I)`.
 
     Args:
         key: typed key (use a MEASURE stream key).
         value: the private answers, any float array shape.
-        sigma: noise standard deviation, fixed by the plan.
+        sigma: noise standard deviation, fixed by the plan (a float or its `GaussianScale`).
         sensitivity: L2 sensitivity of `value` under the mechanism's neighbouring relation.
 
     Returns:
@@ -119,7 +195,7 @@ def gaussian(key: Key, value: Sensitive, *, sigma: float, sensitivity: float) ->
         rho = sensitivity^2 / (2 sigma^2) zCDP.
     """
     key = require_key(key)
-    sigma = _static_positive(sigma, "sigma")
+    sigma = _gaussian(sigma, "float").sigma
     sensitivity = _static_positive(sensitivity, "sensitivity")
     x = _reveal(value, "value")
     noisy = x + sigma * jax.random.normal(key, jnp.shape(x), jnp.float32)
@@ -140,7 +216,7 @@ def laplace(key: Key, value: Sensitive, *, scale: float, sensitivity: float) -> 
     return noisy, _charge("laplace", sensitivity, scale)
 
 
-def _noisy_logits(key: Key, scores: Array, scale: float, mask: Array | None) -> Array:
+def _noisy_logits(key: Key, scores: Array, scale: Array, mask: Array | None) -> Array:
     # mode="high" draws the uniform with more random bits, so the Gumbel tail is not truncated
     # at the float32 resolution of the uniform (see docs/privacy.md).
     gumbel = jax.random.gumbel(key, jnp.shape(scores), jnp.float32, mode="high")
@@ -151,7 +227,12 @@ def _noisy_logits(key: Key, scores: Array, scale: float, mask: Array | None) -> 
 
 
 def exponential(
-    key: Key, scores: Sensitive, *, scale: float, sensitivity: float, mask: Array | None = None
+    key: Key,
+    scores: Sensitive,
+    *,
+    scale: float | SelectionScale,
+    sensitivity: float,
+    mask: Array | None = None,
 ) -> tuple[Array, Charge]:
     """Exponential mechanism by Gumbel-max: sample i with probability ~ exp(score_i / scale).
 
@@ -173,8 +254,8 @@ def exponential(
         (bounded range, Cesar & Rogers 2021).
     """
     key = require_key(key)
-    scale = _static_positive(scale, "scale")
     sensitivity = _static_positive(sensitivity, "sensitivity")
+    scale = _selection(scale, sensitivity, "float", _QUANTISED_SENSITIVITY).scale
     logits = _noisy_logits(key, _reveal(scores, "scores"), scale, mask)
     return jnp.argmax(logits).astype(jnp.int32), _charge("exponential", sensitivity, scale)
 
@@ -184,7 +265,7 @@ def gumbel_top_k(
     scores: Sensitive,
     *,
     k: int,
-    scale: float,
+    scale: float | SelectionScale,
     sensitivity: float,
     mask: Array | None = None,
 ) -> tuple[Array, Charge]:
@@ -202,8 +283,8 @@ def gumbel_top_k(
         k * epsilon^2 / 8 zCDP with epsilon = 2 sensitivity / scale (Cesar & Rogers 2021).
     """
     key = require_key(key)
-    scale = _static_positive(scale, "scale")
     sensitivity = _static_positive(sensitivity, "sensitivity")
+    scale = _selection(scale, sensitivity, "float", _QUANTISED_SENSITIVITY).scale
     x = _reveal(scores, "scores")
     if not isinstance(k, int) or not 1 <= k <= x.shape[-1]:
         raise ValueError(f"k must be an integer in [1, {x.shape[-1]}] (the candidates), got {k!r}")
@@ -226,16 +307,17 @@ def _integer_counts(value: Sensitive, name: str) -> Array:
 
 
 def discrete_gaussian(
-    key: Key, counts: Sensitive, *, sigma: float, sensitivity: float
+    key: Key, counts: Sensitive, *, sigma: float | GaussianScale, sensitivity: float
 ) -> tuple[Array, Charge]:
     """Release `counts + Y`, Y i.i.d. discrete Gaussian N_Z(0, s^2) with s^2 >= sigma^2 (exact).
 
     Args:
         key: typed key (use a MEASURE stream key).
         counts: integer counts, any shape (int32).
-        sigma: the planned noise scale in counts, fixed on the host. The sampler's variance
-            parameter is the rational `samplers.gaussian_lattice(sigma).variance`, sigma^2
-            rounded up by at most a relative 2^-10 (over the whole supported range).
+        sigma: the planned noise scale in counts, fixed on the host (a float or its
+            `GaussianScale`). The sampler's variance parameter is the rational
+            `samplers.gaussian_lattice(sigma).variance`, sigma^2 rounded up by at most a relative
+            2^-10 (over the whole supported range).
         sensitivity: L2 sensitivity of `counts` under the mechanism's neighbouring relation.
 
     Returns:
@@ -250,12 +332,11 @@ def discrete_gaussian(
         `jaxdp.samplers`, docs/privacy.md.
     """
     key = require_key(key)
-    sigma = _static_positive(sigma, "sigma")
+    sigma = _gaussian(sigma, "discrete")
     sensitivity = _static_positive(sensitivity, "sensitivity")
     x = _integer_counts(counts, "counts")
-    lattice = samplers.gaussian_lattice(sigma)
-    noisy = x + samplers.discrete_gaussian(key, x.shape, lattice)
-    return noisy, _charge("discrete_gaussian", sensitivity, sigma)
+    noisy = x + samplers.discrete_gaussian(key, x.shape, sigma.exact)
+    return noisy, _charge("discrete_gaussian", sensitivity, sigma.sigma)
 
 
 def discrete_laplace(
@@ -324,7 +405,12 @@ def _grid_steps(steps: Sensitive, name: str) -> Array:
 
 
 def discrete_exponential(
-    key: Key, scores: Sensitive, *, scale: float, sensitivity: float, mask: Array | None = None
+    key: Key,
+    scores: Sensitive,
+    *,
+    scale: float | SelectionScale,
+    sensitivity: float,
+    mask: Array | None = None,
 ) -> tuple[Array, Charge]:
     """Exponential mechanism sampled exactly on scores quantised to a public grid.
 
@@ -355,12 +441,11 @@ def discrete_exponential(
         their scores exactly in integers use `grid_exponential` instead (no allowance).
     """
     key = require_key(key)
-    scale = _static_positive(scale, "scale")
     sensitivity = _static_positive(sensitivity, "sensitivity")
-    numerator, denominator = _selection_rate(scale, sensitivity)
+    scale = _selection(scale, sensitivity, "discrete", _QUANTISED_SENSITIVITY)
     gaps, eligible = _quantised_gaps(_reveal(scores, "scores"), sensitivity, mask)
-    choice = samplers.exponential_choice(key, gaps, eligible, numerator, denominator)
-    return choice, _charge("discrete_exponential", sensitivity, scale)
+    choice = samplers.exponential_choice_at(key, gaps, eligible, scale.rate)
+    return choice, _charge("discrete_exponential", sensitivity, scale.scale)
 
 
 def discrete_top_k(
@@ -368,7 +453,7 @@ def discrete_top_k(
     scores: Sensitive,
     *,
     k: int,
-    scale: float,
+    scale: float | SelectionScale,
     sensitivity: float,
     mask: Array | None = None,
 ) -> tuple[Array, Charge]:
@@ -382,25 +467,26 @@ def discrete_top_k(
         k selections at epsilon = 2 sensitivity / scale each: k epsilon^2 / 8 zCDP.
     """
     key = require_key(key)
-    scale = _static_positive(scale, "scale")
     sensitivity = _static_positive(sensitivity, "sensitivity")
+    scale = _selection(scale, sensitivity, "discrete", _QUANTISED_SENSITIVITY)
     x = _reveal(scores, "scores")
     k = _check_k(k, x.shape[-1])
-    rate = _selection_rate(scale, sensitivity)
-    chosen = _sequential_picks(key, lambda ok: _quantised_gaps(x, sensitivity, ok), k, rate, x.shape, mask)
-    return chosen, _charge("discrete_top_k", sensitivity, scale, k)
+    gaps_of = lambda ok: _quantised_gaps(x, sensitivity, ok)  # noqa: E731
+    chosen = _sequential_picks(key, gaps_of, k, scale.rate, x.shape, mask)
+    return chosen, _charge("discrete_top_k", sensitivity, scale.scale, k)
 
 
-def _sequential_picks(key: Key, gaps_of, k: int, rate: tuple[int, int], shape, mask: Array | None) -> Array:
+def _sequential_picks(
+    key: Key, gaps_of, k: int, rate: samplers.DyadicRate, shape, mask: Array | None
+) -> Array:
     """k exact selections in sequence, each masking out those chosen before; `gaps_of(eligible)`
     gives (gaps, eligible) of the remaining candidates."""
-    numerator, denominator = rate
     eligible = jnp.ones(shape, bool) if mask is None else jnp.asarray(mask, bool)
     base = jax.random.split(key, 1)[0]  # uses `key` once; pick i consumes fold_in(base, i)
 
     def pick(eligible, i):
         gaps, ok = gaps_of(eligible)
-        choice = samplers.exponential_choice(jax.random.fold_in(base, i), gaps, ok, numerator, denominator)
+        choice = samplers.exponential_choice_at(jax.random.fold_in(base, i), gaps, ok, rate)
         return eligible.at[choice].set(False), choice
 
     _, chosen = jax.lax.scan(pick, eligible, jnp.arange(k))
@@ -414,7 +500,12 @@ def _check_k(k: object, n_candidates: int) -> int:
 
 
 def grid_exponential(
-    key: Key, steps: Sensitive, *, scale: float, sensitivity: float, mask: Array | None = None
+    key: Key,
+    steps: Sensitive,
+    *,
+    scale: float | SelectionScale,
+    sensitivity: float,
+    mask: Array | None = None,
 ) -> tuple[Array, Charge]:
     """Exponential mechanism sampled exactly on int32 scores already in grid steps.
 
@@ -448,12 +539,11 @@ def grid_exponential(
         GRID_STEPS bound is.
     """
     key = require_key(key)
-    scale = _static_positive(scale, "scale")
     sensitivity = _static_positive(sensitivity, "sensitivity")
-    numerator, denominator = _selection_rate(scale, sensitivity, GRID_STEPS)
+    scale = _selection(scale, sensitivity, "discrete", GRID_STEPS)
     gaps, eligible = _grid_gaps(_grid_steps(steps, "steps"), mask)
-    choice = samplers.exponential_choice(key, gaps, eligible, numerator, denominator)
-    return choice, _charge("discrete_exponential", sensitivity, scale)
+    choice = samplers.exponential_choice_at(key, gaps, eligible, scale.rate)
+    return choice, _charge("discrete_exponential", sensitivity, scale.scale)
 
 
 def grid_top_k(
@@ -461,7 +551,7 @@ def grid_top_k(
     steps: Sensitive,
     *,
     k: int,
-    scale: float,
+    scale: float | SelectionScale,
     sensitivity: float,
     mask: Array | None = None,
 ) -> tuple[Array, Charge]:
@@ -475,20 +565,19 @@ def grid_top_k(
         scores move by at most GRID_STEPS steps (see `grid_exponential`).
     """
     key = require_key(key)
-    scale = _static_positive(scale, "scale")
     sensitivity = _static_positive(sensitivity, "sensitivity")
+    scale = _selection(scale, sensitivity, "discrete", GRID_STEPS)
     x = _grid_steps(steps, "steps")
     k = _check_k(k, x.shape[-1])
-    rate = _selection_rate(scale, sensitivity, GRID_STEPS)
-    chosen = _sequential_picks(key, lambda ok: _grid_gaps(x, ok), k, rate, x.shape, mask)
-    return chosen, _charge("discrete_top_k", sensitivity, scale, k)
+    chosen = _sequential_picks(key, lambda ok: _grid_gaps(x, ok), k, scale.rate, x.shape, mask)
+    return chosen, _charge("discrete_top_k", sensitivity, scale.scale, k)
 
 
 # --- dispatch on the noise option ----------------------------------------------------------------
 
 
 def measure_counts(
-    key: Key, counts: Sensitive, *, sigma: float, sensitivity: float, noise: str
+    key: Key, counts: Sensitive, *, sigma: float | GaussianScale, sensitivity: float, noise: str
 ) -> tuple[Array, Charge]:
     """Gaussian measurement of integer counts: float32 noisy counts and the Charge.
 
@@ -505,7 +594,13 @@ def measure_counts(
 
 
 def select(
-    key: Key, scores: Sensitive, *, scale: float, sensitivity: float, noise: str, mask: Array | None = None
+    key: Key,
+    scores: Sensitive,
+    *,
+    scale: float | SelectionScale,
+    sensitivity: float,
+    noise: str,
+    mask: Array | None = None,
 ) -> tuple[Array, Charge]:
     """One exponential-mechanism selection: `discrete_exponential` or (float) `exponential`."""
     if noise == "discrete":
@@ -519,7 +614,7 @@ def select_top_k(
     scores: Sensitive,
     *,
     k: int,
-    scale: float,
+    scale: float | SelectionScale,
     sensitivity: float,
     noise: str,
     mask: Array | None = None,
@@ -539,7 +634,13 @@ def _steps_as_scores(steps: Sensitive, sensitivity: float) -> Sensitive:
 
 
 def select_grid(
-    key: Key, steps: Sensitive, *, scale: float, sensitivity: float, noise: str, mask: Array | None = None
+    key: Key,
+    steps: Sensitive,
+    *,
+    scale: float | SelectionScale,
+    sensitivity: float,
+    noise: str,
+    mask: Array | None = None,
 ) -> tuple[Array, Charge]:
     """One selection on int32 grid scores: `grid_exponential` or (float) `exponential` on
     steps * sensitivity / GRID_STEPS."""
@@ -555,7 +656,7 @@ def select_top_k_grid(
     steps: Sensitive,
     *,
     k: int,
-    scale: float,
+    scale: float | SelectionScale,
     sensitivity: float,
     noise: str,
     mask: Array | None = None,

@@ -606,7 +606,10 @@ def _fraction_of(numerator: Array, params, dyadic: bool):
     return _Rational(numerator)
 
 
-class _GaussianParams(NamedTuple):
+class GaussianParams(NamedTuple):
+    """The discrete Gaussian sampler's parameters as arrays (`gaussian_params`): data, so that one
+    compiled program can sample at several scales (a mechanism's noise scale is a leaf)."""
+
     m: Array  # uint32
     s: Array  # uint32
     starts: Array  # int32 (2^14,): level starts a_g
@@ -630,14 +633,14 @@ class _Gaussian:
     def stored(self, size: int) -> tuple:
         return ()
 
-    def propose(self, p: _GaussianParams, words: Array, aux: tuple) -> tuple[tuple, Array]:
+    def propose(self, p: GaussianParams, words: Array, aux: tuple) -> tuple[tuple, Array]:
         z, ok = _below(words, p.window, p.threshold)
         return (z,), ok
 
-    def reached(self, p: _GaussianParams, aux: tuple, g: Array) -> Array:
+    def reached(self, p: GaussianParams, aux: tuple, g: Array) -> Array:
         return g >= _LEVELS
 
-    def _point(self, p: _GaussianParams, aux: tuple, g: Array) -> tuple[Array, Array, Array]:
+    def _point(self, p: GaussianParams, aux: tuple, g: Array) -> tuple[Array, Array, Array]:
         """(|y|, y < 0, in the window's part of level g) of the point z in level g."""
         z = aux[0].astype(jnp.int32)
         first = p.starts[1]
@@ -648,11 +651,11 @@ class _Gaussian:
         negative = jnp.where(level0, z < first - 1, (z & 1) == 1)
         return magnitude, negative, jnp.where(level0, z < 2 * first - 1, magnitude < 2**25)
 
-    def value(self, p: _GaussianParams, aux: tuple, g: Array) -> Array:
+    def value(self, p: GaussianParams, aux: tuple, g: Array) -> Array:
         magnitude, negative, _ = self._point(p, aux, g)
         return jnp.where(negative, -magnitude, magnitude)
 
-    def place(self, p: _GaussianParams, aux: tuple, status: Array, g: Array):
+    def place(self, p: GaussianParams, aux: tuple, status: Array, g: Array):
         """(valid, f = E(y) - g) for level g; invalid if the walk reached 2^14 or y is not in
         level g."""
         magnitude, _, inside = self._point(p, aux, g)
@@ -773,18 +776,24 @@ def _denominator(value) -> tuple[Array, Array, bool]:
 # --- public samplers --------------------------------------------------------------------------------
 
 
-def discrete_gaussian(key: Key, shape: tuple[int, ...], lattice: GaussianLattice) -> Array:
-    """int32 draws from the discrete Gaussian N_Z(0, lattice.variance), i.i.d. over `shape`,
-    conditioned on |y| <= lattice.cap (level sets of E(y) = y^2 / (2 V), module docstring)."""
+def gaussian_params(lattice: GaussianLattice) -> GaussianParams:
+    """The sampler's arrays for `lattice` (host arithmetic, exact)."""
     starts = lattice.level_starts()
     window = max(2 * int(starts[1]) - 1, 2 * int(starts[2] - starts[1] + 1))
-    params = _GaussianParams(
+    return GaussianParams(
         m=_u32(lattice.m),
         s=_u32(lattice.s),
         starts=jnp.asarray(starts, jnp.int32),
         window=_u32(window),
         threshold=_u32(_lemire_threshold(window)),
     )
+
+
+def discrete_gaussian(key: Key, shape: tuple[int, ...], lattice: GaussianLattice | GaussianParams) -> Array:
+    """int32 draws from the discrete Gaussian N_Z(0, lattice.variance), i.i.d. over `shape`,
+    conditioned on |y| <= lattice.cap (level sets of E(y) = y^2 / (2 V), module docstring).
+    `lattice` may be given as its arrays (`gaussian_params`), traced or not: the same draws."""
+    params = gaussian_params(lattice) if isinstance(lattice, GaussianLattice) else lattice
     return _rejection(_Gaussian(), params, _consume(key), math.prod(shape)).reshape(shape)
 
 
@@ -858,10 +867,45 @@ def exponential_choice(key: Key, gaps: Array, eligible: Array, rate_numerator, r
         int32 scalar index.
     """
     denominator, shift, dyadic = _denominator(rate_denominator)
+    rate = DyadicRate(_u32(rate_numerator), denominator, shift)
+    return _choice(key, gaps, eligible, rate, dyadic)
+
+
+class DyadicRate(NamedTuple):
+    """A rate numerator / 2^(32 - shift) as uint32 arrays (`dyadic_rate`): data, so that one
+    compiled program can select at several rates (a mechanism's selection scale is a leaf)."""
+
+    numerator: Array
+    denominator: Array
+    shift: Array
+
+
+def dyadic_rate(numerator: int, denominator: int) -> DyadicRate:
+    """The arrays of the rate numerator / denominator, denominator a power of two in [1, 2^32).
+
+    Raises:
+        ValueError: the denominator is not such a power of two, or the numerator not in [0, 2^32).
+    """
+    denominator_array, shift, dyadic = _denominator(denominator)
+    if not dyadic or not (isinstance(numerator, int) and 0 <= numerator < _WORD):
+        raise ValueError(
+            f"a dyadic rate needs integers 0 <= numerator < 2^32 and a power-of-two denominator, "
+            f"got {numerator!r} / {denominator!r}"
+        )
+    return DyadicRate(_u32(numerator), denominator_array, shift)
+
+
+def exponential_choice_at(key: Key, gaps: Array, eligible: Array, rate: DyadicRate) -> Array:
+    """`exponential_choice` at a dyadic rate given as arrays, traced or not: the same draws as
+    `exponential_choice` with the rate's integers."""
+    return _choice(key, gaps, eligible, rate, True)
+
+
+def _choice(key: Key, gaps: Array, eligible: Array, rate: DyadicRate, dyadic: bool) -> Array:
     params = _ChoiceParams(
-        denominator=denominator,
-        shift=shift,
-        numerator=_u32(rate_numerator),
+        denominator=rate.denominator,
+        shift=rate.shift,
+        numerator=rate.numerator,
         gaps=gaps.astype(jnp.uint32),
         eligible=jnp.asarray(eligible, bool),
     )

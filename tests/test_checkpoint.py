@@ -294,7 +294,7 @@ def test_the_cli_refuses_each_change_with_its_own_message_and_releases_nothing(t
     lines[5] = "2,3,1,4,1,2,1" if lines[5] != "2,3,1,4,1,2,1" else "0,0,0,0,0,0,0"  # one record
     changed.write_text("\n".join(lines) + "\n")
     cases = [
-        (["--epsilon", "3"], "what differs from this run: budget, mechanism settings."),
+        (["--epsilon", "3"], "what differs from this run: budget, mechanism settings, mechanism inputs."),
         (["--mechanism", "pep"], "what differs from this run: mechanism, mechanism settings"),
         (["--data", str(changed)], "what differs from this run: data, mechanism inputs."),
         (["--workload", "all-2way"], "what differs from this run: workload, mechanism settings"),

@@ -41,6 +41,7 @@ FLOORS = {
     "jaxdp.utility": 3,
     "jaxdp.measurement": 4,
     "jaxdp.mechanisms": 6,
+    "jaxdp.lanes": 0,
     "jaxdp.loop": 7,
     "jaxdp.binning": 7,  # private quantile bins are measured by `independent`
     "jaxdp.audit": 8,

@@ -218,7 +218,7 @@ def test_run_many_loops_a_python_loop_mechanism_and_says_so(caplog):
     keys = jax.random.split(jax.random.key(5), 2)
     with caplog.at_level("WARNING", logger="jaxdp.loop"):
         many = jaxdp.run_many(mech, keys, batching="vmap")
-    assert "runs its 2 seeds one after another" in caplog.text
+    assert "runs its 2 lanes one after another" in caplog.text
     assert many.batching == "loop" and not many.stacked
     for i, key in enumerate(keys):
         assert jaxdp.audit.replay(mech, key, many.seed(i))
@@ -243,7 +243,14 @@ def test_no_compiled_program_of_run_many_holds_a_private_value(batching):
     mech = select_then_measure()
     private = _private_arrays(mech)
     keys = jax.random.split(jax.random.key(6), 2)
-    closed = jax.make_jaxpr(lambda m, k: loop._seeds_jit(m, k, m.rounds, batching))(mech, keys)
+    lanes = loop.lanes_of([mech, mech])
+
+    def program(shared, stacked, keys):
+        return loop._lanes_jit(
+            shared, stacked, keys, lanes.treedef, lanes.batched, rounds=mech.rounds, batching=batching
+        )
+
+    closed = jax.make_jaxpr(program)(lanes.shared, lanes.stacked, keys)
     assert not any(_same(c, p) for c in _constants(closed) for p in private)
     arg_shapes = [tuple(v.aval.shape) for v in closed.jaxpr.invars]
     assert all(p.shape in arg_shapes for p in private)  # it enters as an argument instead

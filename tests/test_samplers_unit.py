@@ -625,7 +625,7 @@ def test_gaussian_slots_match_the_reference():
         lattice = samplers.gaussian_lattice(sigma)
         starts = lattice.level_starts()
         window = max(2 * int(starts[1]) - 1, 2 * int(starts[2] - starts[1] + 1))
-        params = samplers._GaussianParams(
+        params = samplers.GaussianParams(
             m=jnp.uint32(lattice.m),
             s=jnp.uint32(lattice.s),
             starts=jnp.asarray(starts, jnp.int32),

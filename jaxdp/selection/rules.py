@@ -185,7 +185,7 @@ class Rule:
 
     k: int = static_field(default=1)
     top_k: bool = static_field(default=False)
-    scale: float | None = static_field(default=None)
+    scale: noise_module.SelectionScale | None = None  # data: one program serves every budget
     sensitivity: float | None = static_field(default=None)
     noise: str = static_field(default="discrete")
 
@@ -249,7 +249,9 @@ class Rule:
         scale = gumbel_scale(sensitivity, budget.per_round, count=self.k)
         primitive = (TOP_K_PRIMITIVE if self._one_shot else SELECT_PRIMITIVE)[noise]
         charge = PlannedCharge("select", primitive, sensitivity, scale, count=self.k, times=budget.rounds)
-        return dataclasses.replace(self, scale=scale, sensitivity=sensitivity, noise=noise), (charge,)
+        exact_scores = noise == "discrete" and self.exact
+        bound_scale = noise_module.selection_scale(scale, sensitivity, noise, exact_scores=exact_scores)
+        return dataclasses.replace(self, scale=bound_scale, sensitivity=sensitivity, noise=noise), (charge,)
 
     @property
     def _one_shot(self) -> bool:

@@ -49,23 +49,52 @@ def _steps_in_declared_units(args: tuple, sensitivity_factor: float) -> tuple:
     return (key, steps.map(lambda s: s * factor), *rest)
 
 
+def _broken_scale_objects(monkeypatch, scale_factor: float, sensitivity_factor: float) -> None:
+    """Mechanisms hold their scales as data (`noise.GaussianScale`, `noise.SelectionScale`),
+    built on the host by `noise.gaussian_scale` / `noise.selection_scale` when the mechanism is
+    built: those are broken where they are made, with the factors the primitives' floats get."""
+    honest_gaussian, honest_selection = noise.gaussian_scale, noise.selection_scale
+
+    def gaussian_scale(sigma, noise_option):
+        scaled = scale_factor * sigma
+        if scaled <= 0:
+            scaled = _no_noise_scale("discrete_gaussian" if noise_option == "discrete" else "gaussian", 1.0)
+        return honest_gaussian(scaled, noise_option)
+
+    def selection_scale(scale, sensitivity, noise_option, *, exact_scores):
+        sensitivity = sensitivity_factor * sensitivity
+        scaled = scale_factor * scale
+        if scaled <= 0:
+            scaled = _no_noise_scale(
+                "grid_exponential" if noise_option == "discrete" else "exponential", sensitivity
+            )
+        return honest_selection(scaled, sensitivity, noise_option, exact_scores=exact_scores)
+
+    monkeypatch.setattr(noise, "gaussian_scale", gaussian_scale)
+    monkeypatch.setattr(noise, "selection_scale", selection_scale)
+
+
 @pytest.fixture
 def broken_noise(monkeypatch):
     """`broken_noise(control)` patches every primitive of `jaxdp.noise` to draw with the scale
-    (and declared sensitivity) the control says; tracing after it sees the broken primitives.
-    A halved declared sensitivity with the scale calibrated for it recomputes to the honest rho
-    (the ledger cannot see the bug) and has the law of half the noise."""
+    (and declared sensitivity) the control says, and the scale objects mechanisms are built with
+    to hold that scale; tracing (and building) after it sees the broken primitives. A halved
+    declared sensitivity with the scale calibrated for it recomputes to the honest rho (the
+    ledger cannot see the bug) and has the law of half the noise."""
 
     def apply(control: str) -> None:
         scale_factor, sensitivity_factor = CONTROLS[control]
+        _broken_scale_objects(monkeypatch, scale_factor, sensitivity_factor)
         for name, argument in SCALE_ARGUMENT.items():
             original = getattr(noise, name)
 
             def broken(*args, _name=name, _original=original, _argument=argument, **kwargs):
                 if _name in GRID_PRIMITIVES and sensitivity_factor != 1.0:
                     return _original(*_steps_in_declared_units(args, sensitivity_factor), **kwargs)
-                scaled = scale_factor * kwargs[_argument]
                 kwargs["sensitivity"] = sensitivity_factor * kwargs["sensitivity"]
+                if isinstance(kwargs[_argument], noise.GaussianScale | noise.SelectionScale):
+                    return _original(*args, **kwargs)  # broken where it was built
+                scaled = scale_factor * kwargs[_argument]
                 kwargs[_argument] = scaled if scaled > 0 else _no_noise_scale(_name, kwargs["sensitivity"])
                 return _original(*args, **kwargs)
 

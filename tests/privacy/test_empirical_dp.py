@@ -530,6 +530,8 @@ def _measurement(mechanism):
 def _with_measurement(mechanism, plan=None, **changes):
     """`mechanism` with its measurement's settings (and plan) replaced: a factory bug."""
     part = mechanism.classes[0]
+    if "sigma" in changes:  # the measurement holds its sigma as a scale object (data)
+        changes["scale"] = noise.gaussian_scale(changes.pop("sigma"), part.measurement.noise)
     part = dataclasses.replace(part, measurement=dataclasses.replace(part.measurement, **changes))
     return dataclasses.replace(mechanism, classes=(part,), plan=plan or mechanism.plan)
 
