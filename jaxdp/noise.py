@@ -83,7 +83,8 @@ class GaussianScale:
     """A Gaussian measurement's noise scale, fixed on the host (`gaussian_scale`) and carried as
     data: sigma (a float64 scalar array, in the measurement's units; float32 once traced) and,
     for discrete noise, the exact sampler's parameters for it (`samplers.gaussian_params`).
-    Measuring with it draws what measuring with the float draws."""
+    Measuring with it draws what measuring with the float draws. Build it with `gaussian_scale`,
+    which derives both fields from one float: the ledger records `sigma`, the draws use `exact`."""
 
     sigma: Array
     exact: samplers.GaussianParams | None = None
@@ -93,10 +94,11 @@ class GaussianScale:
 class SelectionScale:
     """An exponential mechanism's scale 2 sensitivity / epsilon, fixed on the host
     (`selection_scale`) and carried as data: the Gumbel scale (a float64 scalar array; float32
-    once traced) and, for discrete noise,
-    the exact sampler's rate per grid step for scores of sensitivity `steps` grid steps
-    (GRID_STEPS: exact int32 scores; GRID_STEPS + 2: quantised float scores). Selecting with it
-    draws what selecting with the float draws."""
+    once traced) and, for discrete noise, the exact sampler's rate per grid step for scores of
+    sensitivity `steps` grid steps (GRID_STEPS: exact int32 scores; GRID_STEPS + 2: quantised
+    float scores). Selecting with it draws what selecting with the float draws. Build it with
+    `selection_scale`, which derives both from one float: the ledger records `scale`, the draws
+    use `rate`."""
 
     scale: Array
     rate: samplers.DyadicRate | None = None

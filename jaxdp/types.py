@@ -86,8 +86,9 @@ def static_field(**kwargs: Any) -> Any:
 def pytree_dataclass(cls: type[T]) -> type[T]:
     """Make `cls` a frozen dataclass registered as a pytree.
 
-    Fields declared with `static_field()` are metadata (static under jit: sizes, noise scales,
-    rounds, workload structure); all other fields are leaves (arrays, `Sensitive` inputs).
+    Fields declared with `static_field()` are metadata (static under jit: sizes, rounds,
+    workload structure, plans); all other fields are leaves (arrays, noise scales, `Sensitive`
+    inputs).
     """
     cls = dataclasses.dataclass(frozen=True)(cls)
     fields = dataclasses.fields(cls)

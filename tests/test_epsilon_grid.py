@@ -26,7 +26,14 @@ def _grid(name, grid=GRID):
 
 
 @pytest.mark.parametrize(
-    ("name", "batching"), [("gaussian", "map"), ("gaussian", "vmap"), ("pep", "map"), ("rap-softmax", "vmap")]
+    ("name", "batching"),
+    [
+        ("gaussian", "map"),
+        ("gaussian", "vmap"),
+        ("pep", "map"),
+        ("rap-softmax", "vmap"),
+        ("dualquery", "map"),
+    ],
 )
 def test_an_epsilon_grid_in_one_program_spends_exactly_each_lanes_budget(name, batching):
     mechanisms = _grid(name)
@@ -72,10 +79,13 @@ def test_lanes_that_differ_in_more_than_their_budget_are_refused_by_name():
         ValueError, match=r"mechanism 1 differs from mechanism 0 in mechanism\.[\w.]+ \(3 against 4\)"
     ):
         jaxdp.run_many(two, keys, batching="map")
-    # DualQuery's learning rate is a setting fixed by its budget: its grid runs as a loop
-    with pytest.raises(ValueError, match="learning_rate"):
-        jaxdp.run_many(_grid("dualquery", (0.5, 1.0)), keys, batching="map")
-    assert len(jaxdp.run_many(_grid("dualquery", (0.5, 1.0)), keys).ledgers) == 2
+    # DualQuery's charging blocks are settings (one compiled branch per block)
+    data_blocks = [
+        jaxdp.dualquery(data, workload, rounds=4, samples=5, blocks=b, epsilon=1.0, delta=1e-6)
+        for b in (2, 3)
+    ]
+    with pytest.raises(ValueError, match=r"selection\.blocks \(2 against 3\)"):
+        jaxdp.run_many(data_blocks, keys, batching="map")
     with pytest.raises(ValueError, match="3 mechanisms for 2 keys"):
         jaxdp.run_many(_grid("pep"), keys)
 

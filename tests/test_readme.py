@@ -51,6 +51,20 @@ def test_compose_example_fits_in_25_lines_and_runs_as_written(capsys):
         assert spent == budget and 0 < float(re.search(r"max error ([0-9.]+)", line).group(1)) < 1
 
 
+def test_the_epsilon_grid_example_runs_as_written_and_spends_each_budget(capsys):
+    """The epsilon grid after "Compose a mechanism": one program, each lane spending its own
+    budget exactly, audited."""
+    text = README.read_text()
+    section = text[text.index("### Compose a mechanism") :]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[1]
+    assert "run_many(mechanisms, keys" in code
+    exec(compile(code, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["epsilon 0.3", "epsilon 1.0", "epsilon 3.0"]
+    budgets = [re.search(r"rho spent ([0-9.]+) of ([0-9.]+)", line).groups() for line in lines]
+    assert all(spent == budget for spent, budget in budgets) and len({b for _, b in budgets}) == 3
+
+
 def test_the_killed_and_resumed_example_releases_what_an_uninterrupted_run_does(tmp_path):
     """The "Long runs" example as written: its first command killed (SIGKILL) once its first
     checkpoint is written, its second run as is, against the same command run whole elsewhere."""

@@ -161,12 +161,14 @@ class SignedErrorSamples(Rule):
         exact cost (`accounting_overhead`).
     """
 
-    learning_rate: float | None = static_field(default=None)
+    # eta, each block's scale and the overhead follow from the budget: data, so that one program
+    # serves every budget (an epsilon grid); the rounds' blocks and sensitivities are settings
+    learning_rate: float | None = None
     blocks: int = static_field(default=32)
     sensitivities: tuple[float, ...] = static_field(default=())
-    scales: tuple[float, ...] = static_field(default=())
+    scales: tuple[noise_module.SelectionScale, ...] = ()
     block_of_round: tuple[int, ...] = static_field(default=())
-    accounting_overhead: float = static_field(default=0.0)
+    accounting_overhead: float = 0.0
 
     candidates: ClassVar[str] = SIGNED_QUERIES
     repeats: ClassVar[bool] = True
@@ -229,18 +231,20 @@ class SignedErrorSamples(Rule):
             label = f"sample rounds {members[0]}-{members[-1]}"
             charges.append(PlannedCharge(label, SELECT_PRIMITIVE[noise], sensitivity, scale, times=draws))
             sensitivities.append(sensitivity)
-            scales.append(scale)
+            scales.append(
+                noise_module.selection_scale(scale, sensitivity, noise, exact_scores=noise == "discrete")
+            )
             for t in members:
                 block_of_round[int(t)] = b + 1
         exact = unit * eta**2 * math.fsum(float(t) ** 2 for t in range(1, rounds))
         planned = math.fsum(c.rho for c in charges)
         bound = dataclasses.replace(
             self,
-            learning_rate=float(eta),
+            learning_rate=np.float64(eta),
             sensitivities=tuple(sensitivities),
             scales=tuple(scales),
             block_of_round=tuple(block_of_round),
-            accounting_overhead=planned / exact - 1.0,
+            accounting_overhead=np.float64(planned / exact - 1.0),
             noise=noise,
         )
         return bound, tuple(charges)
@@ -248,7 +252,7 @@ class SignedErrorSamples(Rule):
     def __call__(self, key, counts, n_records, current, workload, eligible, t):
         """s i.i.d. draws from Q_t: uniform in round 0, else exponential mechanisms charged at
         the sensitivity bound of t's block (one compiled branch per block: each branch holds a
-        host-fixed scale and sensitivity, as the exponential mechanism requires, and computes
+        host-fixed scale (as data) and sensitivity, as the exponential mechanism requires, and computes
         its scores on its own grid).
 
         Returns:
@@ -269,7 +273,7 @@ class SignedErrorSamples(Rule):
             none = noise_module.idle(SELECT_PRIMITIVE[self.noise])
             return ids, jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (self.k,)), none)
 
-        def in_block(sensitivity: float, scale: float):
+        def in_block(sensitivity: float, scale: noise_module.SelectionScale):
             settings = dict(scale=scale, sensitivity=sensitivity, noise=self.noise)
             if self.noise == "discrete":
                 last = round(sensitivity * n)  # t_b: the block's sensitivity is t_b / n

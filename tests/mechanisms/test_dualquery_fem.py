@@ -118,7 +118,7 @@ def test_dualquery_plan_follows_the_derivation():
     assert len(exact.plan.charges) == T - 1
     for t, (charge, scale) in enumerate(zip(exact.plan.charges, rule.scales, strict=True), start=1):
         assert charge.sensitivity == pytest.approx(t / n) and charge.times == s
-        assert scale == pytest.approx(1 / eta, rel=1e-6)
+        assert float(scale.scale) == pytest.approx(1 / eta, rel=1e-6)
     assert exact.plan.rho_planned == pytest.approx(rho, rel=1e-6) and exact.plan.rho_planned <= rho
     assert abs(rule.accounting_overhead) < 1e-6
 
@@ -165,7 +165,7 @@ def test_dualquery_samples_from_the_multiplicative_weights_distribution(noise_op
     current = jnp.asarray(sums / t)
     draw = jax.jit(jax.vmap(lambda k: rule(k, part.counts, len(data), current, None, None, jnp.int32(t))[0]))
     draws = np.asarray(draw(keys)).reshape(-1)
-    logits = u / rule.scales[1]
+    logits = u / float(rule.scales[1].scale)
     if noise_option == "discrete":
         sensitivity = rule.sensitivities[1]
         last = round(sensitivity * len(data))
@@ -174,13 +174,15 @@ def test_dualquery_samples_from_the_multiplicative_weights_distribution(noise_op
         n = len(data)
         steps = [(64 * (t * int(c) - n * int(s))) // last for c, s in zip(counts, sums, strict=True)]
         steps += [(64 * (n * int(s) - t * int(c))) // last for c, s in zip(counts, sums, strict=True)]
-        numerator, denominator = noise._selection_rate(rule.scales[1], sensitivity, noise.GRID_STEPS)
+        numerator, denominator = noise._selection_rate(
+            float(rule.scales[1].scale), sensitivity, noise.GRID_STEPS
+        )
         logits = np.asarray(steps, np.float64) * numerator / denominator
     expected = np.exp(logits - logits.max())
     expected = expected / expected.sum() * draws.size
     observed = np.bincount(draws, minlength=u.size)
     assert stats.chisquare(observed, expected).pvalue > 1e-3
-    assert rule.scales[1] == pytest.approx(1 / rule.learning_rate, rel=1e-6)
+    assert float(rule.scales[1].scale) == pytest.approx(1 / rule.learning_rate, rel=1e-6)
 
 
 def test_dualquery_learning_rate_must_fit_the_budget():
