@@ -98,11 +98,13 @@ class SelectionScale:
     sensitivity `steps` grid steps (GRID_STEPS: exact int32 scores; GRID_STEPS + 2: quantised
     float scores). Selecting with it draws what selecting with the float draws. Build it with
     `selection_scale`, which derives both from one float: the ledger records `scale`, the draws
-    use `rate`."""
+    use `rate`, which also depends on the score sensitivity it was built for (`sensitivity`, a
+    setting: a call declaring another is refused)."""
 
     scale: Array
     rate: samplers.DyadicRate | None = None
     steps: int = static_field(default=GRID_STEPS)
+    sensitivity: float = static_field(default=0.0)
 
 
 def gaussian_scale(sigma: float, noise: str) -> GaussianScale:
@@ -125,7 +127,7 @@ def selection_scale(scale: float, sensitivity: float, noise: str, *, exact_score
     _check_noise(noise)
     steps = GRID_STEPS if exact_scores else _QUANTISED_SENSITIVITY
     rate = samplers.dyadic_rate(*_selection_rate(scale, sensitivity, steps)) if noise == "discrete" else None
-    return SelectionScale(np.asarray(scale, np.float64), rate, steps)
+    return SelectionScale(np.asarray(scale, np.float64), rate, steps, sensitivity)
 
 
 def _gaussian(sigma: float | GaussianScale, noise: str) -> GaussianScale:
@@ -138,6 +140,11 @@ def _gaussian(sigma: float | GaussianScale, noise: str) -> GaussianScale:
 
 def _selection(scale: float | SelectionScale, sensitivity: float, noise: str, steps: int) -> SelectionScale:
     if isinstance(scale, SelectionScale):
+        if scale.sensitivity != sensitivity:
+            raise ValueError(
+                f"this SelectionScale was built for scores of sensitivity {scale.sensitivity!r}, and "
+                f"the selection declares {sensitivity!r}: its rate would not match its charge"
+            )
         if noise == "discrete" and (scale.rate is None or scale.steps != steps):
             raise ValueError(
                 f"this SelectionScale's rate is for scores of sensitivity {scale.steps} grid steps "

@@ -115,6 +115,9 @@ def test_a_scale_built_for_other_scores_or_noise_is_refused():
     quantised = noise.selection_scale(0.2, 0.01, "discrete", exact_scores=False)
     with pytest.raises(ValueError, match="grid steps"):
         noise.select_grid(jax.random.key(0), steps, scale=quantised, sensitivity=0.01, noise="discrete")
+    exact = noise.selection_scale(0.2, 0.01, "discrete", exact_scores=True)
+    with pytest.raises(ValueError, match=r"sensitivity 0\.01"):
+        noise.select_grid(jax.random.key(0), steps, scale=exact, sensitivity=0.02, noise="discrete")
     for_float = noise.gaussian_scale(2.0, "float")
     with pytest.raises(ValueError, match="float noise"):
         noise.discrete_gaussian(
