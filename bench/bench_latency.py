@@ -14,12 +14,13 @@ with JAX's compile-duration listeners attached, so its seconds split into
 Cases (issue #17): `evaluate` on the 14-attribute Private-PGM ADULT, all 364 3-way marginals, next to
 a plain NumPy bincount script doing the same (`bench/numpy_marginal_errors.py`); PEP on the bundled
 ADULT-reduced, T = 25; GEM on the bundled ADULT, T = 50; RAP-softmax on the bundled ADULT, its
-defaults. Variants: `cold` (an empty cache
-directory: the first run), `warm` (the cache a previous run filled) and `no-cache`
-(`--no-compile-cache`). `--code NAME=PATH` runs another checkout's CLI (e.g. an older commit in a
-temporary worktree) alternating with this one within every repeat; code without the cache runs
-only as `no-cache`. Records hold the median [min, max] over repeats of wall and CPU seconds
-(user + system: less sensitive to a busy host than wall time), the phases' medians, the load
+defaults. Variants: `cold` (an empty cache directory: the first run), `warm` (the cache a
+previous run filled), `warm, epsilon 2` (the same cache, filled at epsilon 1, for a run at
+epsilon 2: a new budget is a new program only where the noise scales are compiled in) and
+`no-cache` (`--no-compile-cache`). `--code NAME=PATH` runs another checkout's CLI (e.g. an older
+commit in a temporary worktree) alternating with this one within every repeat; code without the
+cache runs only as `no-cache`. Records hold the median [min, max] over repeats of wall and CPU
+seconds (user + system: less sensitive to a busy host than wall time), the phases' medians, the load
 average before and after, and each checkout's commit.
 
     PYTHONPATH=. python bench/bench_latency.py --cases evaluate pep --repeats 5
@@ -130,6 +131,12 @@ def _summary(runs: list[dict]) -> dict:
     return out
 
 
+def _at_epsilon(command: list[str], epsilon: str) -> list[str]:
+    """`command` with its --epsilon value replaced."""
+    at = command.index("--epsilon") + 1
+    return [*command[:at], epsilon, *command[at + 1 :]]
+
+
 def _has_compile_cache(checkout: Path) -> bool:
     return (checkout / "jaxdp" / "_compile_cache.py").exists()
 
@@ -198,6 +205,9 @@ def _run_case(
                 (name, "warm", child, {**env, "JAXDP_CACHE_DIR": str(warm_dir)}),
                 (name, "no-cache", [*child, "--no-compile-cache"], env),
             ]
+            if "--epsilon" in argv:
+                other = _at_epsilon(child, "2")
+                variants.append((name, "warm, epsilon 2", other, {**env, "JAXDP_CACHE_DIR": str(warm_dir)}))
             _measure(child, {**env, "JAXDP_CACHE_DIR": str(warm_dir)}, phases_path)  # fill the warm cache
         else:
             variants.append((name, "no-cache", child, env))
