@@ -146,7 +146,8 @@ def cdp_delta(rho: float, epsilon: float) -> float:
             hi = alpha
         alpha = 0.5 * (lo + hi)
     log_delta = (alpha - 1.0) * (alpha * rho - epsilon) + alpha * math.log1p(-1.0 / alpha)
-    return min(math.exp(log_delta) / (alpha - 1.0), 1.0)
+    # in logs, so that a huge budget's delta caps at 1 instead of overflowing exp
+    return math.exp(min(log_delta - math.log(alpha - 1.0), 0.0))
 
 
 def cdp_epsilon(rho: float, delta: float) -> float:

@@ -380,7 +380,14 @@ def _selection_rate(scale: float, sensitivity: float, steps: int = _QUANTISED_SE
         denominator *= 2
     numerator = math.floor(rate * denominator * (1.0 - 1e-12))
     if not 1 <= numerator < 2**32:
-        raise ValueError(f"selection scale {scale!r} is out of range for sensitivity {sensitivity!r}")
+        # reached from a user's budget: say which way it is out of range in the budget's terms
+        epsilon = 2 * sensitivity / scale
+        remedy = "more budget: a larger epsilon or fewer rounds" if numerator < 1 else "less budget"
+        raise ValueError(
+            f"a selection at epsilon {epsilon:.3g} (scale {scale:.3g}, sensitivity {sensitivity:.3g}) is "
+            "outside the exact sampler's range (a rate per grid step in [2^-31, 2^20)): give each "
+            f"selection {remedy}"
+        )
     return numerator, denominator
 
 

@@ -768,24 +768,31 @@ class _Choice(_Exponent):
 def _denominator(value) -> tuple[Array, Array, bool]:
     """(D, 32 - log2 D, dyadic) for a denominator: dyadic (the faster fraction type) when it is a
     Python int power of two, else D is any integer in [1, 2^32)."""
+    shift = _dyadic_shift(value)
+    return _u32(value), _u32(shift or 0), shift is not None
+
+
+def _dyadic_shift(value) -> int | None:
+    """32 - log2 D for a Python int power of two D in [1, 2^32); None for any other value."""
     if isinstance(value, int) and value & (value - 1) == 0 and 1 <= value < _WORD:
-        return _u32(value), _u32(32 - (value.bit_length() - 1)), True
-    return _u32(value), _u32(0), False
+        return 32 - (value.bit_length() - 1)
+    return None
 
 
 # --- public samplers --------------------------------------------------------------------------------
 
 
 def gaussian_params(lattice: GaussianLattice) -> GaussianParams:
-    """The sampler's arrays for `lattice` (host arithmetic, exact)."""
+    """The sampler's arrays for `lattice` (host arithmetic, exact; NumPy arrays, so that building
+    them compiles nothing)."""
     starts = lattice.level_starts()
     window = max(2 * int(starts[1]) - 1, 2 * int(starts[2] - starts[1] + 1))
     return GaussianParams(
-        m=_u32(lattice.m),
-        s=_u32(lattice.s),
-        starts=jnp.asarray(starts, jnp.int32),
-        window=_u32(window),
-        threshold=_u32(_lemire_threshold(window)),
+        m=np.uint32(lattice.m),
+        s=np.uint32(lattice.s),
+        starts=np.asarray(starts, np.int32),
+        window=np.uint32(window),
+        threshold=np.uint32(_lemire_threshold(window)),
     )
 
 
@@ -886,13 +893,14 @@ def dyadic_rate(numerator: int, denominator: int) -> DyadicRate:
     Raises:
         ValueError: the denominator is not such a power of two, or the numerator not in [0, 2^32).
     """
-    denominator_array, shift, dyadic = _denominator(denominator)
-    if not dyadic or not (isinstance(numerator, int) and 0 <= numerator < _WORD):
+    shift = _dyadic_shift(denominator)
+    if shift is None or not (isinstance(numerator, int) and 0 <= numerator < _WORD):
         raise ValueError(
             f"a dyadic rate needs integers 0 <= numerator < 2^32 and a power-of-two denominator, "
             f"got {numerator!r} / {denominator!r}"
         )
-    return DyadicRate(_u32(numerator), denominator_array, shift)
+    # NumPy scalars, so that building a rate compiles nothing
+    return DyadicRate(np.uint32(numerator), np.uint32(denominator), np.uint32(shift))
 
 
 def exponential_choice_at(key: Key, gaps: Array, eligible: Array, rate: DyadicRate) -> Array:

@@ -155,6 +155,8 @@ BAD_CLI = [
     *[(f"epsilon={v}", ["--epsilon", v], "epsilon must be") for v in ("0", "-1", "nan", "inf")],
     *[(f"delta={v}", ["--epsilon", "1", f"--delta={v}"], "delta must be") for v in ("0", "-1e-9", "1", "1.5", "nan")],  # noqa: E501
     *[(f"rounds={v}", ["--epsilon", "1", "--rounds", v], "rounds must be an integer >= 1") for v in ("0", "-2")],  # noqa: E501
+    ("epsilon too small to select", ["--epsilon", "1e-12"], "give each selection more budget"),
+    ("epsilon too large to select", ["--epsilon", "1e300"], "give each selection less budget"),
     ("rounds not an integer", ["--epsilon", "1", "--rounds", "2.5"], "--rounds"),
     ("rounds > candidates", ["--epsilon", "1", "--rounds", "40", "--workload", "all-1way"], "exceeds"),
     ("domain too large", ["--epsilon", "1", "--rounds", "1", "--workload", "all-1way", "--dataset", "adult"], "dense histogram"),  # noqa: E501
