@@ -95,19 +95,18 @@ class TreeProgram(NamedTuple):
 
     node_of_cell: (cells,) each cell's tree node. pair_cell, pair_in, pair_out: (pairs,) for each
     (cell of node s, neighbour t) the cell, the index of the message t -> s it reads at the cell's
-    separator value and the index of the message s -> t it feeds. message_edge: (messages,) each
-    message entry's directed edge (the spare index on padding). home_cell, home_potential:
-    (home,) for each (potential cell, cell of the smallest node holding its clique) pair.
-    route_potential, route_measured: (route,) for each (measured cell, cell of the smallest
-    potential clique holding its clique) pair. sweeps: parallel sweeps that make every message
-    exact (the forest's diameter).
+    separator value and the index of the message s -> t it feeds. message_real: (messages,) True
+    on real message entries. home_cell, home_potential: (home,) for each (potential cell, cell of
+    the smallest node holding its clique) pair. route_potential, route_measured: (route,) for each
+    (measured cell, cell of the smallest potential clique holding its clique) pair. sweeps:
+    parallel sweeps that make every message exact (the forest's diameter).
     """
 
     node_of_cell: np.ndarray
     pair_cell: np.ndarray
     pair_in: np.ndarray
     pair_out: np.ndarray
-    message_edge: np.ndarray
+    message_real: np.ndarray
     home_cell: np.ndarray
     home_potential: np.ndarray
     route_potential: np.ndarray
@@ -138,11 +137,9 @@ def build_program(
     cell_start = np.cumsum([0, *cell_count])
     messages: dict[tuple[Clique, Clique], int] = {}
     n_messages = 0
-    edge_lengths = []
     for s, t in sorted([*tree.edges, *((t, s) for s, t in tree.edges)]):
         messages[(s, t)] = n_messages
-        edge_lengths.append(math.prod(sizes[a] for a in s if a in t))
-        n_messages += edge_lengths[-1]
+        n_messages += math.prod(sizes[a] for a in s if a in t)
     pair_cell, pair_in, pair_out = [], [], []
     for i, node in enumerate(nodes):
         local = np.arange(cell_count[i])
@@ -167,16 +164,15 @@ def build_program(
     cells, messages, pairs, home, potentials_length, route, measured_length = layout.lengths
     node_of_cell = np.full(cells, cells - 1, np.int32)
     node_of_cell[: cell_start[-1]] = np.repeat(np.arange(len(nodes)), cell_count)
-    # every directed edge has at least one entry, so its index stays below the spare
-    message_edge = np.full(messages, messages - 1, np.int32)
-    message_edge[:n_messages] = np.repeat(np.arange(len(edge_lengths)), edge_lengths)
+    message_real = np.zeros(messages, bool)
+    message_real[:n_messages] = True
     sweeps = max((nx.diameter(tree.subgraph(c)) for c in nx.connected_components(tree)), default=0)
     program = TreeProgram(
         node_of_cell=node_of_cell,
         pair_cell=_padded(pair_cell, pairs, cells - 1),
         pair_in=_padded(pair_in, pairs, messages - 1),
         pair_out=_padded(pair_out, pairs, messages - 1),
-        message_edge=message_edge,
+        message_real=message_real,
         home_cell=_padded(home_cell, home, cells - 1),
         home_potential=_padded(home_potential, home, potentials_length - 1),
         route_potential=_padded(route_potential, route, potentials_length - 1),
@@ -242,38 +238,25 @@ def _segment_logsumexp(values: Array, segments: Array, length: int) -> Array:
     return jnp.log(total) + peak
 
 
-# Floor of a log-message entry: far below float32's smallest positive exp (about e^-103), so it
-# changes no belief, while keeping every message finite (no inf - inf in the sweeps).
-LOG_FLOOR = -1e4
-
-
 def _potential_counts(program: TreeProgram, theta: Array, total: Array, sweeps: Array) -> Array:
     """(potentials,) the model's counts on every potential cell (total times its clique's
     marginal), for log-potentials `theta`."""
-    cells, messages = program.node_of_cell.shape[0], program.message_edge.shape[0]
+    cells, messages = program.node_of_cell.shape[0], program.message_real.shape[0]
     log_phi = _segment_sum(theta[program.home_potential], program.home_cell, cells)
-    real = program.message_edge < messages - 1
-    # Each message entry's largest potential term stabilises its log-sum-exp in every sweep (one
-    # segment max per fit step rather than one per sweep): the messages are shifted to a largest
-    # entry of 0, so what the other neighbours contribute never raises an exponent above 0. A
-    # constant per message changes no normalised belief.
-    peak = jax.ops.segment_max(
-        log_phi[program.pair_cell], program.pair_out, num_segments=messages, mode="promise_in_bounds"
-    )
-    peak = jnp.where(real, peak, 0.0)
-    own = log_phi[program.pair_cell] - peak[program.pair_out]
+    own = log_phi[program.pair_cell]
 
     def incoming(sent):
         return _segment_sum(sent[program.pair_in], program.pair_cell, cells)
 
     def sweep(_, sent):
         # Shafer-Shenoy: what node s sends to t is its potential times everything it received
-        # from its other neighbours, summed over the cells outside the separator
+        # from its other neighbours, summed over the cells outside the separator. The log-sum-exp
+        # takes its stabiliser from the whole sum in every sweep: one taken from the potential
+        # alone (fewer segment maxima) lets every term underflow where the potential and the
+        # incoming messages peak at different cells, and the model fits nonsense.
         others = incoming(sent)[program.pair_cell] - sent[program.pair_in]
-        summed = _segment_sum(jnp.exp(own + others), program.pair_out, messages)
-        sent = jnp.maximum(peak + jnp.log(summed), LOG_FLOOR)
-        top = jax.ops.segment_max(sent, program.message_edge, num_segments=messages, mode="promise_in_bounds")
-        return jnp.where(real, sent - top[program.message_edge], 0.0)
+        values = _segment_logsumexp(own + others, program.pair_out, messages)
+        return jnp.where(program.message_real, values, 0.0)
 
     sent = jax.lax.fori_loop(0, sweeps, sweep, jnp.zeros(messages, theta.dtype))
     log_belief = log_phi + incoming(sent)
@@ -445,7 +428,7 @@ def _lowered(lengths: tuple[int, ...]) -> jax.stages.Lowered:
         pair_cell=shaped("pairs", jnp.int32),
         pair_in=shaped("pairs", jnp.int32),
         pair_out=shaped("pairs", jnp.int32),
-        message_edge=shaped("messages", jnp.int32),
+        message_real=shaped("messages", jnp.bool_),
         home_cell=shaped("home", jnp.int32),
         home_potential=shaped("home", jnp.int32),
         route_potential=shaped("route", jnp.int32),
