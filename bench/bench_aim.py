@@ -15,13 +15,14 @@ distance between the normalised marginals of the real and synthetic tables (`jax
 
     python bench/bench_aim.py [--table adult|binary16] [--attributes 6|14] [--seeds 0 1 2 3 4]
         [--epsilon 1] [--out F.jsonl] [--iters 1000] [--final-iters 3000] [--tol 1e-2 | --tol none]
-        [--compilation-cache DIR] [--write-table DIR] [--compress off 3 3:uniform]
+        [--compilation-cache DIR] [--write-table DIR] [--compress off 3 3:uniform] [--alpha 0.9 0.95]
     python bench/bench_aim.py --table bnet9 --max-cells 10000   # large cliques (issue #24)
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -251,6 +252,13 @@ def main() -> None:
         "jaxdp.families.Compression)",
     )
     parser.add_argument(
+        "--alpha",
+        nargs="+",
+        type=float,
+        default=[None],
+        help="AIM's measurement shares to run side by side within each seed (default: AIM's own)",
+    )
+    parser.add_argument(
         "--compilation-cache",
         default=None,
         help="JAX persistent compilation cache directory (off by default; results never depend on it)",
@@ -273,12 +281,13 @@ def main() -> None:
     recorder = Recorder(args.out)
     for seed in args.seeds:
         for noise in args.noise:
-            for compress in args.compress:
+            for compress, alpha in itertools.product(args.compress, args.alpha):
                 options = {
                     "iters": args.iters,
                     "final_iters": args.final_iters,
                     "tol": args.tol,
                     "noise": noise,
+                    **({} if alpha is None else {"alpha": alpha}),
                 }
                 row = run_once(
                     data, workload, seed, args.epsilon, args.delta, compress=_compression(compress), **options

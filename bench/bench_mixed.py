@@ -84,6 +84,7 @@ BINNINGS = {
 }
 MECHANISMS = (
     "aim",
+    "aim-paper-alpha",
     "aim-quantiles",
     "aim-quantiles-32",
     "aim-equal-width",
@@ -118,6 +119,8 @@ def run_point(name: str, epsilon: float, seed: int, train, evaluation) -> dict:
     options: dict = {}
     if mechanism in ("aim", "gem"):
         options["workload"] = class_conditional(list(SCHEMA["columns"]), SCHEMA["target"])
+    if name == "aim-paper-alpha":  # AIM's measurement share as in its paper, against the default
+        options["alpha"] = 0.9
     elif mechanism == "independent":
         options["workload"] = "all-1way"
     else:

@@ -17,11 +17,13 @@ bounds are `jaxdp.mechanisms.annealed.Annealed`'s.
 Beyond the paper, by default: domain compression after round 0 (MST's, post-processing; it
 changes the cells n_r that the scores, the annealing test, the model size and the error bounds
 count, so `compress=None` runs the paper's algorithm), exact discrete Gaussian noise and
-exponential mechanism, fits that stop early (`tol`), and records released by rounding rather
-than drawn independently (`jaxdp.families.pgm.sample`). Checked against the paper's Algorithms
-2-4 and Section 5 (constants, round 0's charge, the annealing test, the final round, the size
-filter, the bounds): the same, with the paper's 1/sigma loss weights read as its maximum
-likelihood estimate (1/sigma^2, as Private-PGM).
+exponential mechanism, fits that stop early (`tol`), records released by rounding rather than
+drawn independently (`jaxdp.families.pgm.sample`), and a measurement share alpha of 0.95 rather
+than 0.9 where the workload has at most T marginals (`jaxdp.selection.default_alpha`; alpha=0.9
+runs the paper's). Checked against the paper's Algorithms 2-4 and Section 5 (constants, round
+0's charge, the annealing test, the final round, the size filter, the bounds): the same, with the
+paper's 1/sigma loss weights read as its maximum likelihood estimate (1/sigma^2, as
+Private-PGM).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def aim(
     conversion: str = "exact",
     max_model_size: float = 80.0,
     max_rounds: int | None = None,
-    alpha: float = 0.9,
+    alpha: float | None = None,
     iters: int = 1000,
     final_iters: int = 3000,
     tol: float | None = 1e-2,
@@ -77,6 +79,8 @@ def aim(
             takes, round 0 (every 1-way marginal measured) included. The filter usually ends the
             run sooner, when the budget is spent.
         alpha: share of each round's budget spent on measurement (the rest on selection).
+            None: `jaxdp.selection.default_alpha`'s rule (0.95 where the workload has at most
+            T marginals, else the paper's 0.9).
         iters, final_iters, tol: the graphical model's fits (see `jaxdp.families.GraphicalModel`;
             post-processing only: they change no privacy cost).
         noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact

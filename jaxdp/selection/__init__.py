@@ -26,7 +26,7 @@ budget and composes it with a measurement and a family.
 See `jaxdp.selection.rules` for writing a rule of your own.
 """
 
-from jaxdp.selection.annealed import AIMSelection, HostRule, RoundRecord
+from jaxdp.selection.annealed import AIMSelection, HostRule, RoundRecord, default_alpha
 from jaxdp.selection.games import SignedError, SignedErrorSamples
 from jaxdp.selection.mst import MSTSelection
 from jaxdp.selection.privbayes import PrivBayesSelection
@@ -70,6 +70,7 @@ __all__ = [
     "answers_in_steps",
     "cell_error_steps",
     "check_grid_records",
+    "default_alpha",
     "l1_answers_in_steps",
     "l1_error_steps",
     "l1_errors",

@@ -277,6 +277,21 @@ def test_rounds_count_every_round_and_a_short_run_is_refused_by_the_name_passed(
         )
 
 
+def test_default_alpha_rule_follows_the_workload_against_the_rounds():
+    """alpha=None binds 0.95 where the run's T rounds could measure every workload marginal, the
+    paper's 0.9 where the workload has more marginals than rounds; an explicit alpha is kept, and
+    the rule's share is what the schedule spends: sigma_0 = sqrt(T / (2 alpha rho))."""
+    data = tiny_dataset()
+    wl = all_kway(data.domain.sizes, 2)  # 6 marginals over 4 attributes
+    few = jaxdp.aim(data, wl, rho=1.0, max_rounds=6)
+    many = jaxdp.aim(data, wl, rho=1.0, max_rounds=5)
+    kept = jaxdp.aim(data, wl, rho=1.0, max_rounds=5, alpha=0.95)
+    assert (few.selection.alpha, many.selection.alpha, kept.selection.alpha) == (0.95, 0.9, 0.95)
+    sigma0 = few.selection.start(few.plan.rho_budget).sigma
+    assert sigma0 == pytest.approx(math.sqrt(6 / (2 * 0.95 * few.plan.rho_budget)), rel=1e-12)
+    assert jaxdp.selection.default_alpha(560, 256) == 0.9 and jaxdp.selection.default_alpha(20, 96) == 0.95
+
+
 def test_bad_arguments_are_refused():
     data = tiny_dataset()
     wl = all_kway(data.domain.sizes, 2)
