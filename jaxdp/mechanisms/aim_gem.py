@@ -24,6 +24,7 @@ from jaxdp.mechanisms.annealed import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
+from jaxdp.selection.annealed import PAPER_ALPHA
 from jaxdp.types import Neighboring
 
 
@@ -37,7 +38,7 @@ def aim_gem(
     relation: Neighboring | str = Neighboring.ADD_REMOVE,
     conversion: str = "exact",
     max_rounds: int | None = None,
-    alpha: float = 0.9,
+    alpha: float = PAPER_ALPHA,
     batch: int = 1000,
     hidden: Sequence[int] = (256, 256),
     latent_dim: int = 128,
