@@ -117,10 +117,10 @@ def class_conditional(names: list[str], target: str) -> list[list[str]]:
 def run_point(name: str, epsilon: float, seed: int, train, evaluation) -> dict:
     mechanism = "aim" if name.startswith("aim") else name
     options: dict = {}
-    if mechanism in ("aim", "gem"):
-        options["workload"] = class_conditional(list(SCHEMA["columns"]), SCHEMA["target"])
     if name == "aim-paper-alpha":  # AIM's measurement share as in its paper, against the default
         options["alpha"] = 0.9
+    if mechanism in ("aim", "gem"):
+        options["workload"] = class_conditional(list(SCHEMA["columns"]), SCHEMA["target"])
     elif mechanism == "independent":
         options["workload"] = "all-1way"
     else:

@@ -185,6 +185,7 @@ def _mirror_descent(
     alpha: Array,
     max_blocks: Array,
     tol: Array,
+    floor: Array,
 ) -> tuple[Array, Array, Array]:
     def counts_of(theta):
         return measured_counts(tree, potential_counts(tree, theta, total))
@@ -192,7 +193,7 @@ def _mirror_descent(
     def gradient_of(residual):
         return _gradient(tree, residual)
 
-    return descend(counts_of, gradient_of, theta, noisy, precision, alpha, max_blocks, tol)
+    return descend(counts_of, gradient_of, theta, noisy, precision, alpha, max_blocks, tol, floor)
 
 
 # Compiled mirror descent, one per tree (by XLA:CPU's quicker code generator: `jaxdp._jit`), kept
@@ -211,6 +212,7 @@ def fit(
     alpha: float,
     max_blocks: int,
     tol: float,
+    floor: float,
 ) -> tuple[Array, Array, Array]:
     """`_junction.fit`'s mirror descent by the dense program of `tree` (theta, noisy and
     precision unpadded, in `tree.potentials` and `tree.measured` order)."""
@@ -222,6 +224,7 @@ def fit(
         np.float32(alpha),
         np.int32(max_blocks),
         np.float32(tol),
+        np.float32(floor),
     )
     compiled = _programs.program(tree, lambda: _mirror_descent_program.lower(tree, *arguments))
     return compiled(*arguments)

@@ -303,6 +303,7 @@ def mirror_descent(
     alpha: Array,
     max_blocks: Array,
     tol: Array,
+    floor: Array,
 ) -> tuple[Array, Array, Array]:
     """`descend` over the padded index arrays of `program` (the tree as data; `sweeps` is a
     traced count). Padding is 0 in theta, noisy and precision (a 0 precision drops a cell from
@@ -315,7 +316,7 @@ def mirror_descent(
     def gradient_of(residual):
         return _segment_sum(residual[program.route_measured], program.route_potential, theta.shape[0])
 
-    return descend(counts_of, gradient_of, theta, noisy, precision, alpha, max_blocks, tol)
+    return descend(counts_of, gradient_of, theta, noisy, precision, alpha, max_blocks, tol, floor)
 
 
 def descend(
@@ -327,6 +328,7 @@ def descend(
     alpha: Array,
     max_blocks: Array,
     tol: Array,
+    floor: Array,
 ) -> tuple[Array, Array, Array]:
     """mbi's `MirrorDescent` with Armijo line search, `BLOCK` iterations at a time (traced:
     call it inside a jitted function).
@@ -341,6 +343,8 @@ def descend(
         alpha: the first step size, 2 / (L total).
         max_blocks: blocks of `BLOCK` iterations at most; tol: stop once `PATIENCE` consecutive
             blocks each lowered the loss by at most tol * max(loss, 1) (-inf: never).
+        floor: stop at the first iterate whose loss is at most this (-inf: never; the
+            discrepancy stop of `pgm.estimate`).
 
     Returns:
         (log-potentials, final loss, blocks run).
@@ -376,7 +380,8 @@ def descend(
         )
 
     def running(carry: _Carry) -> Array:
-        return (carry.iteration <= max_blocks * BLOCK) & (carry.stalls < PATIENCE)
+        within = (carry.iteration <= max_blocks * BLOCK) & (carry.stalls < PATIENCE)
+        return within & (carry.state.loss > floor)
 
     infinity = jnp.asarray(jnp.inf, theta.dtype)
     start = _State(theta, jnp.zeros_like(noisy), alpha, infinity)
@@ -399,13 +404,14 @@ def fit(
     alpha: float,
     max_blocks: int,
     tol: float,
+    floor: float,
 ) -> tuple[Array, Array, Array]:
     """`mirror_descent` by the compiled program of the program's layout (see `mirror_descent`
     for the arguments; `layout` from `build_program`)."""
     compiled = _executable(layout.lengths)
     if layout.grown() != layout.lengths:
         prefetch(layout.grown())
-    scalars = (np.float32(total), np.float32(alpha), np.int32(max_blocks), np.float32(tol))
+    scalars = (np.float32(total), np.float32(alpha), np.int32(max_blocks), np.float32(tol), np.float32(floor))
     return compiled(program, theta, noisy, precision, *scalars)
 
 
@@ -441,4 +447,5 @@ def _lowered(lengths: tuple[int, ...]) -> jax.stages.Lowered:
         shaped("measured", jnp.float32),
         shaped("measured", jnp.float32),
     )
-    return mirror_descent.lower(program, *arrays, scalar, scalar, jax.ShapeDtypeStruct((), jnp.int32), scalar)
+    blocks = jax.ShapeDtypeStruct((), jnp.int32)
+    return mirror_descent.lower(program, *arrays, scalar, scalar, blocks, scalar, scalar)

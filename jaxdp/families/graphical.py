@@ -11,6 +11,7 @@ the known total under replace-one, and estimated from the measurements under add
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -58,12 +59,19 @@ class GraphicalModel(Family):
             loss by at most this fraction of it; None runs every iteration. The default 1e-2
             cut ~40% of the iterations on 6-attribute ADULT at unchanged workload error
             (bench/bench_aim.py).
+        discrepancy: the last fit's guard against fitting the noise. Where the warm-started last
+            fit follows the measurements closer than the true counts would (its loss below
+            this fraction of theirs, `pgm.residual_ratio`), it is redone from the uniform
+            distribution and stopped at that loss: mirror descent from the maximum-entropy
+            start, stopped early, keeps the cells the measurements leave to noise smooth
+            (Morozov's discrepancy principle, with a factor measured for AIM). None: no refit.
     """
 
     max_model_size: float = static_field(default=80.0)
     iters: int = static_field(default=1000)
     final_iters: int = static_field(default=3000)
     tol: float | None = static_field(default=1e-2)
+    discrepancy: float | None = static_field(default=None)
     workload: MarginalWorkload | None = static_field(default=None)
     known_total: float | None = static_field(default=None)
 
@@ -83,6 +91,9 @@ class GraphicalModel(Family):
             raise ValueError("the GraphicalModel family uses no public data")
         _checks.positive_finite(self.max_model_size, "max_model_size")
         tol = None if self.tol is None else _checks.positive_finite(self.tol, "tol")
+        discrepancy = (
+            None if self.discrepancy is None else _checks.positive_finite(self.discrepancy, "discrepancy")
+        )
         pgm.prefetch()  # the first fit compiles while the records are counted
         return dataclasses.replace(
             self,
@@ -90,6 +101,7 @@ class GraphicalModel(Family):
             iters=_checks.positive_int(self.iters, "iters"),
             final_iters=_checks.positive_int(self.final_iters, "final_iters"),
             tol=tol,
+            discrepancy=discrepancy,
             workload=shape.queries,
             known_total=None if n_records is None else float(n_records),
         )
@@ -103,16 +115,24 @@ class GraphicalModel(Family):
         return model._replace(measurements=model.measurements + host_measurements(measured, self.workload))
 
     def update(self, model: GraphicalState, t, key: Key, last: bool) -> tuple[GraphicalState, int]:
-        """Mirror descent on every measurement so far, warm-started (final_iters if `last`)."""
+        """Mirror descent on every measurement so far, warm-started (final_iters if `last`, and
+        then the `discrepancy` refit where it applies)."""
         del t, key  # deterministic
-        fitted = pgm.estimate(
+        fit = functools.partial(
+            pgm.estimate,
             self.workload.sizes,
             model.measurements,
             total=self.known_total,
             iters=self.final_iters if last else self.iters,
-            warm_start=model.fitted,
-            tol=self.tol,
         )
+        fitted = fit(warm_start=model.fitted, tol=self.tol)
+        overfitted = (
+            last
+            and self.discrepancy is not None
+            and pgm.residual_ratio(_marginals_of(fitted), model.measurements) < self.discrepancy
+        )
+        if overfitted:
+            fitted = fit(warm_start=None, tol=None, discrepancy=self.discrepancy)
         return model._replace(fitted=fitted), 0
 
     def _fractions(self, model: GraphicalState, eligible: np.ndarray) -> np.ndarray:

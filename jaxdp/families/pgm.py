@@ -175,6 +175,7 @@ def estimate(
     iters: int,
     warm_start: Model | None = None,
     tol: float | None = None,
+    discrepancy: float | None = None,
 ) -> Model:
     """Fit a graphical model to the measurements by mirror descent (MLE under Gaussian noise).
 
@@ -193,6 +194,8 @@ def estimate(
         warm_start: a previous model whose potentials start the optimisation.
         tol: stop before `iters` once two consecutive blocks of 50 iterations each lower the
             loss by at most this fraction of it; None runs all `iters`.
+        discrepancy: stop at the first iterate whose loss is at most this fraction of the loss
+            the true counts would have in expectation (`residual_ratio`); None never stops so.
 
     Returns:
         the fitted `Model` (post-processing of the measurements only).
@@ -223,6 +226,7 @@ def estimate(
         2.0 / (lipschitz * total),
         math.ceil(iters / _junction.BLOCK),
         -np.inf if tol is None else tol,
+        -np.inf if discrepancy is None else discrepancy * _noise_loss(merged),
     )
     theta = _fit(tree, sizes, maximal, cliques, theta, noisy, precision, *options)
     theta_start = np.cumsum([0] + [math.prod(sizes[a] for a in c) for c in maximal])
@@ -251,6 +255,7 @@ def _fit(
     alpha: float,
     max_blocks: int,
     tol: float,
+    floor: float,
 ) -> np.ndarray:
     """Fitted log-potentials (flat, in `maximal`'s order) by mirror descent from `theta`: by the
     tree's own dense program where its saved iterations outweigh compiling it, else by the one
@@ -260,13 +265,32 @@ def _fit(
     if _dense_junction.compiled(dense) or _dense_junction.worth_compiling(
         dense, sum(layout.lengths), max_blocks
     ):
-        fitted, _, _ = _dense_junction.fit(dense, theta, noisy, precision, total, alpha, max_blocks, tol)
+        fitted, _, _ = _dense_junction.fit(
+            dense, theta, noisy, precision, total, alpha, max_blocks, tol, floor
+        )
         return np.asarray(fitted)
     padded = [np.zeros(layout.length(kind), np.float32) for kind in ("potentials", "measured", "measured")]
     for out, values in zip(padded, (theta, noisy, precision), strict=True):
         out[: values.size] = values
-    fitted, _, _ = _junction.fit(program, layout, *padded, total, alpha, max_blocks, tol)
+    fitted, _, _ = _junction.fit(program, layout, *padded, total, alpha, max_blocks, tol, floor)
     return np.asarray(fitted)[: theta.size]
+
+
+def residual_ratio(marginals: ModelMarginals, measurements: Sequence[Measurement]) -> float:
+    """The fit's loss, sum over measured cells of (model count - noisy count)^2 / (2 sigma^2),
+    over its expectation at the true counts (half the measured cells: each cell's noise has
+    variance sigma^2). Below 1 the model follows the noise closer than the truth would."""
+    merged = merge_repeats(measurements)
+    loss = sum(
+        0.5 * float(np.sum((marginals.marginal(m.clique) * marginals.total - m.noisy) ** 2 / m.variances()))
+        for m in merged
+    )
+    return loss / _noise_loss(merged)
+
+
+def _noise_loss(merged: Sequence[Measurement]) -> float:
+    """The loss's expectation at the true counts: half the measured cells."""
+    return 0.5 * sum(np.size(m.noisy) for m in merged)
 
 
 def _linear(mbi, measurements: Sequence[Measurement], scales: Sequence[float]) -> list:

@@ -150,6 +150,86 @@ def test_fit_stops_early_once_converged(monkeypatch):
     assert blocks == [3, 20]
 
 
+def test_discrepancy_stop_ends_the_fit_at_the_asked_loss():
+    """Noisy measurements that the model can fit closer than the truth (every clique measured,
+    noise sigma 20 on counts of ~40): converged, the fit's loss is below the noise's own
+    (`residual_ratio` < 1). Stopped by `discrepancy` from the uniform start, it ends at the first
+    iterate at or below that fraction of the noise's loss: at most the fraction, above the
+    converged ratio, and in fewer blocks. `residual_ratio` is checked against its definition
+    over the model's whole joint distribution."""
+    from jaxdp.families import _junction
+
+    sizes = (3, 4, 2)
+    rng = np.random.default_rng(3)
+    truth = rng.dirichlet(np.ones(24)).reshape(sizes) * 1000
+    sigma = 20.0
+    measurements = [
+        pgm.Measurement(c, truth.sum(axis=tuple(a for a in range(3) if a not in c)).reshape(-1), sigma)
+        for c in [(0, 1), (1, 2), (0, 2)]
+    ]
+    measurements = [m._replace(noisy=m.noisy + rng.normal(0, sigma, m.noisy.shape)) for m in measurements]
+    converged = pgm.estimate(sizes, measurements, total=None, iters=3000)
+    floor = pgm.residual_ratio(pgm.ModelMarginals(converged), measurements)
+    assert floor < 1.0
+    asked = (floor + 1.0) / 2
+    blocks = []
+    fit = _junction.fit
+
+    def counted(*args):
+        out = fit(*args)
+        blocks.append(int(out[2]))
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_junction, "fit", counted)
+        stopped = pgm.estimate(sizes, measurements, total=None, iters=3000, discrepancy=asked)
+    marginals = pgm.ModelMarginals(stopped)
+    ratio = pgm.residual_ratio(marginals, measurements)
+    assert floor < ratio <= asked * (1 + 1e-4)
+    assert blocks[0] < 3000 // _junction.BLOCK
+    # the definition, from the joint distribution
+    potentials = sum(
+        np.expand_dims(p, tuple(a for a in range(3) if a not in c))
+        for c, p in zip(stopped.cliques, stopped.potentials, strict=True)
+    )
+    joint = np.exp(potentials - potentials.max())
+    joint = joint / joint.sum() * stopped.total
+    loss = sum(
+        0.5
+        * np.sum((joint.sum(axis=tuple(a for a in range(3) if a not in m.clique)).reshape(-1) - m.noisy) ** 2)
+        / sigma**2
+        for m in measurements
+    )
+    np.testing.assert_allclose(ratio, loss / (0.5 * sum(m.noisy.size for m in measurements)), rtol=1e-6)
+
+
+def test_discrepancy_refit_is_post_processing_and_only_where_the_fit_follows_the_noise():
+    """AIM's last-fit refit changes the model only: same ledger and same measurements with it
+    and without. Where the converged fit's loss is above the asked fraction of the noise's
+    (a tiny fraction here: a negative control) the model is the warm-started fit's exactly;
+    where it is below (fraction 1: every fit on this table follows its noise closer than
+    that), the refit ends at that fraction."""
+    runs, ledgers = {}, []
+    for name, discrepancy in {"off": None, "tiny": 1e-6, "one": 1.0}.items():
+        mech = _aim(discrepancy=discrepancy, final_iters=1000)
+        result = loop.run(mech, jax.random.key(5))
+        runs[name] = (mech, result.state)
+        ledgers.append(audit.ledger_from_info(result.info))
+    assert ledgers[0] == ledgers[1] == ledgers[2]
+    noisy = [[m.noisy.tolist() for m in s.model.measurements] for _, s in runs.values()]
+    assert noisy[0] == noisy[1] == noisy[2]
+    answers = {k: np.asarray(m.answers(s)) for k, (m, s) in runs.items()}
+    np.testing.assert_array_equal(answers["tiny"], answers["off"])
+    converged = pgm.residual_ratio(
+        pgm.ModelMarginals(runs["off"][1].model.fitted), runs["off"][1].model.measurements
+    )
+    assert converged < 1.0
+    refit = pgm.residual_ratio(
+        pgm.ModelMarginals(runs["one"][1].model.fitted), runs["one"][1].model.measurements
+    )
+    assert converged < refit <= 1.0 + 1e-4
+
+
 def test_dense_and_flat_fits_reach_the_same_model(monkeypatch):
     """AIM with every fit by its tree's own dense program (`_dense_junction`) selects the same
     cliques as with the one program for every tree and answers its workload alike: both run
