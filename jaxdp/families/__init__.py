@@ -16,6 +16,7 @@ The families `jaxdp.adaptive` composes (a family of your own subclasses `Family`
 
 `Compression` is no family but a setting of the builder's (`jaxdp.adaptive(..., compress=...)`,
 with AIM's rule): the domain compressed after the noisy 1-way round, which every family then fits.
+`Refit` is a setting of `GraphicalModel`'s: its last fit redone where it follows the noise.
 """
 
 from jaxdp.families.base import ClassShape, Family, Measured
@@ -24,7 +25,7 @@ from jaxdp.families.compression import CompressedDomain, Compression
 from jaxdp.families.fitted import GEM, RAP
 from jaxdp.families.games import BestResponses, PerturbedLeader
 from jaxdp.families.generator_model import GeneratorModel
-from jaxdp.families.graphical import GraphicalModel
+from jaxdp.families.graphical import GraphicalModel, Refit
 from jaxdp.families.histogram_update import MW, PEP
 from jaxdp.families.mixed import MixedRows
 
@@ -45,4 +46,5 @@ __all__ = [
     "NoisyAnswers",
     "PerturbedLeader",
     "Product",
+    "Refit",
 ]

@@ -32,7 +32,7 @@ from jax.sharding import Mesh
 
 from jaxdp.domain import Dataset, Domain
 from jaxdp.families.compression import Compression
-from jaxdp.families.graphical import GraphicalModel
+from jaxdp.families.graphical import GraphicalModel, Refit
 from jaxdp.mechanisms.adaptive import adaptive
 from jaxdp.mechanisms.annealed import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
@@ -43,11 +43,8 @@ from jaxdp.types import Neighboring
 # AIM's default: MST's merge of the values counted below 3 sigma, in attributes of at least 20
 # values (a frozen dataclass: safe to share)
 DEFAULT_COMPRESSION = Compression()
-# The last fit's discrepancy refit (`GraphicalModel.discrepancy`): from the uniform start, stopped
-# at this fraction of the noise's own loss. On 6-attribute ADULT (epsilon 1, seeds 0-1) the
-# model's mean L1 was lowest stopped between 0.40 and 0.48 (0.127 against 0.130 converged, whose
-# loss was 0.35 of the noise's); binary16's converged fits stay above it (0.73): no refit.
-DEFAULT_DISCREPANCY = 0.45
+# AIM's last fit is refit where it follows the noise (`jaxdp.families.Refit`; frozen: safe to share)
+DEFAULT_REFIT = Refit()
 
 
 def aim(
@@ -65,7 +62,7 @@ def aim(
     iters: int = 1000,
     final_iters: int = 3000,
     tol: float | None = 1e-2,
-    discrepancy: float | None = DEFAULT_DISCREPANCY,
+    refit: Refit | None = DEFAULT_REFIT,
     noise: str = "discrete",
     mesh: Mesh | None = None,
     compress: Compression | None = DEFAULT_COMPRESSION,
@@ -87,7 +84,7 @@ def aim(
         alpha: share of each round's budget spent on measurement (the rest on selection).
             None: `jaxdp.selection.default_alpha`'s rule (0.95 where the workload has at most
             T marginals, else the paper's 0.9).
-        iters, final_iters, tol, discrepancy: the graphical model's fits (see
+        iters, final_iters, tol, refit: the graphical model's fits (see
             `jaxdp.families.GraphicalModel`; post-processing only: they change no privacy cost).
         noise: "discrete" (default: integer counts plus exact discrete Gaussian noise, exact
             exponential mechanism) or "float" (float32 noise and Gumbel selection: faster, but
@@ -118,7 +115,7 @@ def aim(
             iters=iters,
             final_iters=final_iters,
             tol=tol,
-            discrepancy=discrepancy,
+            refit=refit,
         ),
         rounds=max_rounds,
         epsilon=epsilon,
