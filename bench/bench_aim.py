@@ -16,6 +16,7 @@ distance between the normalised marginals of the real and synthetic tables (`jax
     python bench/bench_aim.py [--table adult|binary16] [--attributes 6|14] [--seeds 0 1 2 3 4]
         [--epsilon 1] [--out F.jsonl] [--iters 1000] [--final-iters 3000] [--tol 1e-2 | --tol none]
         [--compilation-cache DIR] [--write-table DIR] [--compress off 3 3:uniform] [--alpha 0.9 0.95]
+        [--refit default off]
     python bench/bench_aim.py --table bnet9 --max-cells 10000   # large cliques (issue #24)
 """
 
@@ -259,6 +260,13 @@ def main() -> None:
         help="AIM's measurement shares to run side by side within each seed (default: AIM's own)",
     )
     parser.add_argument(
+        "--refit",
+        nargs="+",
+        choices=["default", "off"],
+        default=["default"],
+        help="AIM's last-fit refit (jaxdp.families.Refit) as by default or off, side by side per seed",
+    )
+    parser.add_argument(
         "--compilation-cache",
         default=None,
         help="JAX persistent compilation cache directory (off by default; results never depend on it)",
@@ -281,13 +289,14 @@ def main() -> None:
     recorder = Recorder(args.out)
     for seed in args.seeds:
         for noise in args.noise:
-            for compress, alpha in itertools.product(args.compress, args.alpha):
+            for compress, alpha, refit in itertools.product(args.compress, args.alpha, args.refit):
                 options = {
                     "iters": args.iters,
                     "final_iters": args.final_iters,
                     "tol": args.tol,
                     "noise": noise,
                     **({} if alpha is None else {"alpha": alpha}),
+                    **({"refit": None} if refit == "off" else {}),
                 }
                 row = run_once(
                     data, workload, seed, args.epsilon, args.delta, compress=_compression(compress), **options
@@ -300,8 +309,9 @@ def main() -> None:
                         "marginals": len(workload),
                         "records": len(data),
                     },
-                    **options,
+                    **{k: v for k, v in options.items() if k != "refit"},
                     compress=compress,
+                    refit=refit,
                     **row,
                 )
 

@@ -1,0 +1,96 @@
+"""AIM's last fit: the model's workload error against how closely it follows the measurements.
+
+For each seed, AIM runs with `refit=None` (its last fit warm-started and converged); then the
+same measurements are fitted again from the uniform distribution and stopped at each level of
+`pgm.residual_ratio` (the loss over the noise's own: 1 is where the true counts would sit), and
+the model's mean L1 on the workload (`jaxdp.evaluate`, the fitted distribution's answers, no
+records) is recorded beside the converged one's. This is the evidence for `jaxdp.families.Refit`
+(bench/README.md, "AIM's last fit"). Epsilon 1, delta 1e-9, all 3-way marginals.
+
+    PYTHONPATH=. python bench/bench_refit.py --table adult6 --seeds 0 1 2 3 4 [--out F.jsonl]
+    (tables: adult6, adult14, adult-reduced, binary16; the ADULT ones need ../shared/data)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import numpy as np
+from _common import Recorder, load_average
+from bench_aim import binary16, load_adult
+
+import jaxdp
+from jaxdp import evaluate, loop
+from jaxdp.families import pgm
+from jaxdp.queries import all_kway
+
+LEVELS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7)
+TABLES = {
+    "adult6": lambda: load_adult(6),
+    "adult14": lambda: load_adult(14),
+    "adult-reduced": lambda: jaxdp.datasets.load("adult-reduced"),
+    "binary16": binary16,
+}
+
+
+def run_seed(data, workload, seed: int, levels) -> dict:
+    mech = jaxdp.aim(data, workload, epsilon=1.0, delta=1e-9, refit=None)
+    state = loop.run(mech, jax.random.key(seed)).state
+    model = state.model
+    truth = evaluate.fractions(data, workload)
+
+    def mean_l1(fitted) -> float:
+        answers = mech.answers(state._replace(model=model._replace(fitted=fitted)))
+        return evaluate.answer_errors(truth, np.asarray(answers), workload)["mean_l1"]
+
+    converged = pgm.residual_ratio(pgm.ModelMarginals(model.fitted), model.measurements)
+    stopped = {}
+    for level in levels:
+        # a level at or below the converged ratio stops nowhere sooner: the converged model
+        fitted = (
+            model.fitted
+            if level <= converged
+            else pgm.estimate(
+                model.fitted.sizes,
+                model.measurements,
+                total=mech.family.known_total,
+                iters=mech.family.final_iters,
+                discrepancy=level,
+            )
+        )
+        stopped[str(level)] = mean_l1(fitted)
+    return {
+        "seed": seed,
+        "converged_ratio": converged,
+        "converged_mean_l1": mean_l1(model.fitted),
+        "stopped": stopped,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--table", choices=sorted(TABLES), default="adult6")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--levels", nargs="+", type=float, default=list(LEVELS))
+    parser.add_argument("--out", default=None, help="append one JSON line per seed here")
+    args = parser.parse_args()
+    data = TABLES[args.table]()
+    if data is None:
+        return
+    workload = all_kway(data.domain.sizes, 3)
+    recorder = Recorder(args.out)
+    for seed in args.seeds:
+        row = run_seed(data, workload, seed, args.levels)
+        recorder.emit(
+            "aim_refit",
+            {"table": args.table, "attributes": len(data.domain.sizes), "marginals": len(workload)},
+            **row,
+            load_avg=load_average(),
+        )
+
+
+if __name__ == "__main__":
+    main()
