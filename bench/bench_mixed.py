@@ -85,6 +85,7 @@ BINNINGS = {
 MECHANISMS = (
     "aim",
     "aim-paper-alpha",
+    "aim-no-refit",
     "aim-quantiles",
     "aim-quantiles-32",
     "aim-equal-width",
@@ -119,6 +120,8 @@ def run_point(name: str, epsilon: float, seed: int, train, evaluation) -> dict:
     options: dict = {}
     if name == "aim-paper-alpha":  # AIM's measurement share as in its paper, against the default
         options["alpha"] = 0.9
+    if name == "aim-no-refit":  # AIM's last fit as converged (jaxdp.families.Refit off)
+        options["refit"] = None
     if mechanism in ("aim", "gem"):
         options["workload"] = class_conditional(list(SCHEMA["columns"]), SCHEMA["target"])
     elif mechanism == "independent":

@@ -1,7 +1,8 @@
 """AIM's last fit: the model's workload error against how closely it follows the measurements.
 
 For each seed, AIM runs with `refit=None` (its last fit warm-started and converged); then the
-same measurements are fitted again from the uniform distribution and stopped at each level of
+same measurements are fitted again from the model of the 1-way measurements alone (as
+`jaxdp.families.Refit` does) and stopped at each level of
 `pgm.residual_ratio` (the loss over the noise's own: 1 is where the true counts would sit), and
 the model's mean L1 on the workload (`jaxdp.evaluate`, the fitted distribution's answers, no
 records) is recorded beside the converged one's. This is the evidence for `jaxdp.families.Refit`
@@ -56,6 +57,9 @@ def run_seed(data, workload, seed: int, levels) -> dict:
                 model.measurements,
                 total=mech.family.known_total,
                 iters=mech.family.final_iters,
+                warm_start=pgm.one_way_model(
+                    model.fitted.sizes, model.measurements, total=mech.family.known_total, tol=mech.family.tol
+                ),
                 discrepancy=level,
             )
         )

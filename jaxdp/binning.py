@@ -22,8 +22,7 @@ mixed marginals is 0.0103 / 0.0068 / 0.0052 / 0.0042 with 16 / 32 / 64 / 128 equ
 numeric column. Private quantile bins merge where the mass sits (Adult's capital-gain gets 4 bins
 of 32, fnlwgt 21), so a far smaller domain and less noise per cell; decoded uniformly within
 their bins their floor was 0.0095 / 0.0065 / 0.0054 (no lower than 0.0052 at any count), and
-decoded by the fine histogram (`jaxdp.coding`) it was 0.0044 / 0.0042, that of a 128-cell grid
-(now `FINE_CELLS` = 256).
+decoded by the fine histogram (`jaxdp.coding`) it is 0.0044 / 0.0042, that of the 128-cell grid.
 AIM with 32 quantile bins at epsilon 1: mixed-marginal error 0.0080 decoded uniformly (seeds
 0-2), 0.0060 by the fine histogram (seeds 0-4; bench/README.md, "Raw Adult through a table
 schema"). The quantiles cost 10% of the budget; a schema that declares `bins` or `edges` pays
@@ -42,11 +41,9 @@ DEFAULT_BINS = 32
 DEFAULT_BINNING = "quantiles"
 # Share of the release's rho spent on private quantiles when a schema asks for them.
 DEFAULT_BINNING_SHARE = 0.1
-# Cells of the public grid the quantiles are read from and a release spreads each bin over: more
-# cells resolve the quantiles and the values within a bin more finely, but the noise of a
-# cumulative count grows with the square root of the cells summed. AIM on raw Adult (epsilon 1,
-# seeds 0-2, mixed-marginal error): 0.0048 with 256 cells against 0.0051 with 128.
-FINE_CELLS = 256
+# Cells of the public grid the quantiles are read from: more cells resolve the quantiles more
+# finely, but the noise of a cumulative count grows with the square root of the cells summed.
+FINE_CELLS = 128
 
 
 def method(column: NumericColumn) -> str:

@@ -50,11 +50,12 @@ def host_measurements(measured: Measured, workload: MarginalWorkload) -> tuple[p
 class Refit:
     """The last fit's guard against fitting the noise: where the converged fit follows the
     measurements closer than `below` times the true counts would (its loss over the noise's
-    own, `pgm.residual_ratio`), it is redone from the uniform distribution and stopped once its
-    loss is `margin` (of the noise's loss) above the converged one. Mirror descent from the
-    maximum-entropy start, stopped early, keeps the cells that the measurements leave to noise
-    smooth (a discrepancy principle, with the level measured: the model's workload error has
-    its minimum there where it has one). Post-processing of the measurements only.
+    own, `pgm.residual_ratio`), it is redone from the model of the 1-way measurements alone
+    (`pgm.one_way_model`: every attribute's noisy counts, the attributes independent) and
+    stopped once its loss is `margin` (of the noise's loss) above the converged one. Mirror
+    descent from that start, stopped early, keeps what the measurements leave to noise close to
+    independence (a discrepancy principle, with the level measured: the model's workload error
+    has its minimum there where it has one). Post-processing of the measurements only.
 
     AIM, epsilon 1, all 3-way marginals, the model's mean L1 over seeds 0-4 (bench/README.md,
     "AIM's last fit"): converged fits end at 0.33-0.37 of the noise's loss on 6-attribute
@@ -151,7 +152,10 @@ class GraphicalModel(Family):
         if last and self.refit is not None:
             converged = pgm.residual_ratio(_marginals_of(fitted), model.measurements)
             if converged < self.refit.below:
-                fitted = fit(warm_start=None, tol=None, discrepancy=converged + self.refit.margin)
+                start = pgm.one_way_model(
+                    self.workload.sizes, model.measurements, total=self.known_total, tol=self.tol
+                )
+                fitted = fit(warm_start=start, tol=None, discrepancy=converged + self.refit.margin)
         return model._replace(fitted=fitted), 0
 
     def _fractions(self, model: GraphicalState, eligible: np.ndarray) -> np.ndarray:

@@ -276,6 +276,15 @@ def _fit(
     return np.asarray(fitted)[: theta.size]
 
 
+def one_way_model(
+    sizes: Sequence[int], measurements: Sequence[Measurement], *, total: float | None, tol: float | None
+) -> Model | None:
+    """The model of the 1-way measurements alone (every measured attribute independent of the
+    rest), or None where none was measured: the start `GraphicalModel`'s refit descends from."""
+    ones = [m for m in measurements if len(m.clique) == 1]
+    return estimate(sizes, ones, total=total, iters=1000, tol=tol) if ones else None
+
+
 def residual_ratio(marginals: ModelMarginals, measurements: Sequence[Measurement]) -> float:
     """The fit's loss, sum over measured cells of (model count - noisy count)^2 / (2 sigma^2),
     over its expectation at the true counts (half the measured cells: each cell's noise has
