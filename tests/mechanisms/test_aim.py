@@ -203,6 +203,24 @@ def test_discrepancy_stop_ends_the_fit_at_the_asked_loss():
     np.testing.assert_allclose(ratio, loss / (0.5 * sum(m.noisy.size for m in measurements)), rtol=1e-6)
 
 
+def test_the_refit_starts_from_the_one_way_measurements_alone():
+    """`pgm.one_way_model` fits the 1-way measurements only: its attributes are independent
+    (each 2-way marginal the product of its 1-ways, to float32 rounding), its 1-ways follow
+    their measurements, and without any 1-way measurement there is no such start (None)."""
+    sizes = (3, 4)
+    rng = np.random.default_rng(2)
+    ones = [pgm.Measurement((0,), np.array([500.0, 300.0, 200.0]), 1.0)]
+    ones.append(pgm.Measurement((1,), np.array([100.0, 200.0, 300.0, 400.0]), 1.0))
+    pair = pgm.Measurement((0, 1), rng.random(12) * 100, 1.0)
+    model = pgm.one_way_model(sizes, [*ones, pair], total=1000.0, tol=None)
+    marginals = pgm.ModelMarginals(model)
+    first, second = marginals.marginal((0,)), marginals.marginal((1,))
+    np.testing.assert_allclose(marginals.marginal((0, 1)), np.outer(first, second).reshape(-1), atol=1e-6)
+    np.testing.assert_allclose(first * 1000, ones[0].noisy, atol=0.5)
+    np.testing.assert_allclose(second * 1000, ones[1].noisy, atol=0.5)
+    assert pgm.one_way_model(sizes, [pair], total=1000.0, tol=None) is None
+
+
 def test_refit_is_post_processing_and_only_where_the_fit_follows_the_noise():
     """AIM's last-fit refit changes the model only: same ledger and same measurements with it
     and without. Where the converged fit's loss is above `below` of the noise's (a tiny `below`
