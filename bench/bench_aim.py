@@ -296,11 +296,11 @@ def main() -> None:
                     "tol": args.tol,
                     "noise": noise,
                     **({} if alpha is None else {"alpha": alpha}),
-                    **({"refit": None} if refit == "off" else {}),
                 }
                 row = run_once(
-                    data, workload, seed, args.epsilon, args.delta, compress=_compression(compress), **options
-                )
+                    data, workload, seed, args.epsilon, args.delta, compress=_compression(compress),
+                    **options, **({"refit": None} if refit == "off" else {}),
+                )  # fmt: skip
                 recorder.emit(
                     "aim",
                     {
@@ -309,7 +309,7 @@ def main() -> None:
                         "marginals": len(workload),
                         "records": len(data),
                     },
-                    **{k: v for k, v in options.items() if k != "refit"},
+                    **options,
                     compress=compress,
                     refit=refit,
                     **row,

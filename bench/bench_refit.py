@@ -1,8 +1,8 @@
 """AIM's last fit: the model's workload error against how closely it follows the measurements.
 
 For each seed, AIM runs with `refit=None` (its last fit warm-started and converged); then the
-same measurements are fitted again from the model of the 1-way measurements alone (as
-`jaxdp.families.Refit` does) and stopped at each level of
+same measurements are fitted again by the refit's own `pgm.refit` (from the model of the 1-way
+measurements alone) and stopped at each level of
 `pgm.residual_ratio` (the loss over the noise's own: 1 is where the true counts would sit), and
 the model's mean L1 on the workload (`jaxdp.evaluate`, the fitted distribution's answers, no
 records) is recorded beside the converged one's. This is the evidence for `jaxdp.families.Refit`
@@ -46,28 +46,28 @@ def run_seed(data, workload, seed: int, levels) -> dict:
         return evaluate.answer_errors(truth, np.asarray(answers), workload)["mean_l1"]
 
     converged = pgm.residual_ratio(pgm.ModelMarginals(model.fitted), model.measurements)
+    converged_mean_l1 = mean_l1(model.fitted)
     stopped = {}
     for level in levels:
         # a level at or below the converged ratio stops nowhere sooner: the converged model
-        fitted = (
-            model.fitted
+        stopped[str(level)] = (
+            converged_mean_l1
             if level <= converged
-            else pgm.estimate(
-                model.fitted.sizes,
-                model.measurements,
-                total=mech.family.known_total,
-                iters=mech.family.final_iters,
-                warm_start=pgm.one_way_model(
-                    model.fitted.sizes, model.measurements, total=mech.family.known_total, tol=mech.family.tol
-                ),
-                discrepancy=level,
+            else mean_l1(
+                pgm.refit(
+                    model.fitted.sizes,
+                    model.measurements,
+                    total=mech.family.known_total,
+                    iters=mech.family.final_iters,
+                    tol=mech.family.tol,
+                    discrepancy=level,
+                )
             )
         )
-        stopped[str(level)] = mean_l1(fitted)
     return {
         "seed": seed,
         "converged_ratio": converged,
-        "converged_mean_l1": mean_l1(model.fitted),
+        "converged_mean_l1": converged_mean_l1,
         "stopped": stopped,
     }
 

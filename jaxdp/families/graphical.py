@@ -11,7 +11,6 @@ the known total under replace-one, and estimated from the measurements under add
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -67,12 +66,15 @@ class Refit:
     below: float = 0.6
     margin: float = 0.1
 
-    def check(self) -> None:
-        """Raises ValueError naming the setting outside (0, 1]."""
-        for name in ("below", "margin"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 1.0:
-                raise ValueError(f"refit {name} must be in (0, 1], got {value!r}")
+    def checked(self) -> Refit:
+        """These settings, validated.
+
+        Raises:
+            ValueError: a `below` or `margin` outside (0, 1].
+        """
+        return Refit(
+            _checks.fraction(self.below, "refit below"), _checks.fraction(self.margin, "refit margin")
+        )
 
 
 @pytree_dataclass
@@ -116,8 +118,6 @@ class GraphicalModel(Family):
             raise ValueError("the GraphicalModel family uses no public data")
         _checks.positive_finite(self.max_model_size, "max_model_size")
         tol = None if self.tol is None else _checks.positive_finite(self.tol, "tol")
-        if self.refit is not None:
-            self.refit.check()
         pgm.prefetch()  # the first fit compiles while the records are counted
         return dataclasses.replace(
             self,
@@ -125,6 +125,7 @@ class GraphicalModel(Family):
             iters=_checks.positive_int(self.iters, "iters"),
             final_iters=_checks.positive_int(self.final_iters, "final_iters"),
             tol=tol,
+            refit=None if self.refit is None else self.refit.checked(),
             workload=shape.queries,
             known_total=None if n_records is None else float(n_records),
         )
@@ -141,21 +142,26 @@ class GraphicalModel(Family):
         """Mirror descent on every measurement so far, warm-started (final_iters if `last`, and
         then the `refit` where it applies)."""
         del t, key  # deterministic
-        fit = functools.partial(
-            pgm.estimate,
+        iters = self.final_iters if last else self.iters
+        fitted = pgm.estimate(
             self.workload.sizes,
             model.measurements,
             total=self.known_total,
-            iters=self.final_iters if last else self.iters,
+            iters=iters,
+            warm_start=model.fitted,
+            tol=self.tol,
         )
-        fitted = fit(warm_start=model.fitted, tol=self.tol)
         if last and self.refit is not None:
             converged = pgm.residual_ratio(_marginals_of(fitted), model.measurements)
             if converged < self.refit.below:
-                start = pgm.one_way_model(
-                    self.workload.sizes, model.measurements, total=self.known_total, tol=self.tol
+                fitted = pgm.refit(
+                    self.workload.sizes,
+                    model.measurements,
+                    total=self.known_total,
+                    iters=iters,
+                    tol=self.tol,
+                    discrepancy=converged + self.refit.margin,
                 )
-                fitted = fit(warm_start=start, tol=None, discrepancy=converged + self.refit.margin)
         return model._replace(fitted=fitted), 0
 
     def _fractions(self, model: GraphicalState, eligible: np.ndarray) -> np.ndarray:

@@ -280,9 +280,24 @@ def one_way_model(
     sizes: Sequence[int], measurements: Sequence[Measurement], *, total: float | None, tol: float | None
 ) -> Model | None:
     """The model of the 1-way measurements alone (every measured attribute independent of the
-    rest), or None where none was measured: the start `GraphicalModel`'s refit descends from."""
+    rest), or None where none was measured: the start `refit` descends from."""
     ones = [m for m in measurements if len(m.clique) == 1]
     return estimate(sizes, ones, total=total, iters=1000, tol=tol) if ones else None
+
+
+def refit(
+    sizes: Sequence[int],
+    measurements: Sequence[Measurement],
+    *,
+    total: float | None,
+    iters: int,
+    tol: float | None,
+    discrepancy: float,
+) -> Model:
+    """The measurements fitted afresh from `one_way_model` (its fit stopped by `tol`) and
+    stopped at `discrepancy` (`estimate`): `GraphicalModel`'s refit."""
+    start = one_way_model(sizes, measurements, total=total, tol=tol)
+    return estimate(sizes, measurements, total=total, iters=iters, warm_start=start, discrepancy=discrepancy)
 
 
 def residual_ratio(marginals: ModelMarginals, measurements: Sequence[Measurement]) -> float:
