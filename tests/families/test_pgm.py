@@ -170,12 +170,13 @@ def test_tracked_marginals_keep_their_counts_across_parent_groups(shared, monkey
     count so far less count given, this record's share included) is positive, so every lag
     stays above -1, and as they sum to 0, below C - 1 for C categories of positive probability:
     each (B, D) count is within (expected - C + 1, expected + 1) per lane of 2^16 records (a
-    proof; 1e-3 of slack for float32 sums). The (C, D) counts, balanced greedily, stay within 2
-    records of their expectation per lane (seen over 10 keys: at most 1.5 on one lane, 2.3 on
-    two). A category of probability 0 is never drawn, and the release has exactly the rows
-    asked. Negative control: untracked, the strata (A first, 30 values) leave the (C, D) counts
-    off by more than 5 records (seen 8-11). The same holds whether the balanced columns share
-    one padded shape or each has its own (large releases)."""
+    proof; 1e-3 of slack for float32 sums). The (C, D) counts, balanced greedily and revisited,
+    stay within 1 record of their expectation per lane (seen over 10 keys: at most 0.70 on one
+    lane, 1.11 on two; 1.02 and 1.61 with no revisits). A category of probability 0 is never
+    drawn, and the release has exactly the rows asked. Negative control: untracked, the strata (A
+    first, 30 values) leave the (C, D) counts off by more than 5 records (seen 8-11). The same
+    holds whether the balanced columns share one padded shape or each has its own (large
+    releases)."""
     if not shared:
         monkeypatch.setattr(pgm, "_SHARED_BALANCED_WORK", 0)
     rng = np.random.default_rng(0)
@@ -205,7 +206,7 @@ def test_tracked_marginals_keep_their_counts_across_parent_groups(shared, monkey
             assert not np.any((codes[:, 1] == 0) & (codes[:, 3] == 2))
             by_group, by_key = owed(codes)
             assert np.all(by_group > -lanes - 1e-3) and np.all(by_group < (positive - 1) * lanes + 1e-3)
-            assert np.abs(by_key).max() <= 2 * lanes, (rows, seed)
+            assert np.abs(by_key).max() <= lanes, (rows, seed)
     control = np.asarray(pgm.sample(jax.random.key(0), plan, sizes, 60_000))
     assert np.abs(owed(control)[1]).max() > 5.0
 
