@@ -161,8 +161,9 @@ def support_rows(key: Key, weights: Array, rows: int) -> Array:
 _LANE_ROWS = 1 << 16
 # passes over the records after the first, each record taking its category back and choosing
 # again against every other record's: AIM's records / model on 14-attribute ADULT (seeds 0-1)
-# 1.026 and 1.027 with none, 1.021 and 1.022 with 2, no lower with 3 or 4
-_REVISITS = 2
+# 1.024 and 1.025 with none, 1.020 and 1.023 with 1, no lower with 2, 3 or 4, each of which
+# costs another visit of every record (0.3 s a release on 6-attribute ADULT)
+_REVISITS = 1
 
 
 @jax.jit
