@@ -160,9 +160,9 @@ def support_rows(key: Key, weights: Array, rows: int) -> Array:
 # records visited one after another per lane: lanes split longer releases (each lane its own lags)
 _LANE_ROWS = 1 << 16
 # passes over the records after the first, each record taking its category back and choosing
-# again against every other record's: AIM's records / model on 14-attribute ADULT (seeds 0-1)
-# 1.024 and 1.025 with none, 1.020 and 1.023 with 1, no lower with 2, 3 or 4, each of which
-# costs another visit of every record (0.3 s a release on 6-attribute ADULT)
+# again against every other record's. AIM's records / model on 14-attribute ADULT: 1.024 and
+# 1.025 with none (seeds 0-1), 1.023 with 1 and 1.022 with 2 (seeds 0-4), no lower with 3 or 4;
+# each pass is another visit of every record (0.3 s a release on 6-attribute ADULT)
 _REVISITS = 1
 
 
