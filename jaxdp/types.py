@@ -92,9 +92,28 @@ def pytree_dataclass(cls: type[T]) -> type[T]:
     """
     cls = dataclasses.dataclass(frozen=True)(cls)
     fields = dataclasses.fields(cls)
-    meta = [f.name for f in fields if f.metadata.get("static", False)]
-    data = [f.name for f in fields if not f.metadata.get("static", False)]
-    return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+    meta = tuple(f.name for f in fields if f.metadata.get("static", False))
+    data = tuple(f.name for f in fields if not f.metadata.get("static", False))
+    keys = tuple(jax.tree_util.GetAttrKey(name) for name in data)
+
+    # Registered as a custom node, not with `jax.tree_util.register_dataclass`: the treedefs of
+    # two classes registered that way compare equal when their fields and static values do (jax
+    # 0.10), although their hashes differ, so a jit cache keyed by treedef could run a subclass
+    # through its parent's compiled step wherever two keys meet in one hash bucket. A custom
+    # node's treedef holds its class.
+    def flatten(obj):
+        return [getattr(obj, name) for name in data], tuple(getattr(obj, name) for name in meta)
+
+    def flatten_with_keys(obj):
+        return list(zip(keys, (getattr(obj, name) for name in data), strict=True)), tuple(
+            getattr(obj, name) for name in meta
+        )
+
+    def unflatten(statics, leaves):
+        return cls(**dict(zip(data, leaves, strict=True)), **dict(zip(meta, statics, strict=True)))
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    return cls
 
 
 class Charge(NamedTuple):

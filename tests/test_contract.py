@@ -99,6 +99,35 @@ def test_a_step_that_reshapes_its_state_is_told_which_leaf():
         loop.run(Growing(mech.total, mech.plan), jax.random.key(0))
 
 
+def test_a_subclass_never_runs_through_its_parents_compiled_program():
+    """Mechanisms are jit arguments, so their treedef keys the compiled program. Classes made by
+    `pytree_dataclass` with the same fields must still have different treedefs: with jax's own
+    `register_dataclass` they compare equal while hashing apart, and a jitted call ran another
+    class's program whenever two met in one bucket of jax's cache (12-17% of 300 calls below,
+    measured before the fix; it made the reshaping test above fail at random)."""
+
+    @pytree_dataclass
+    class Base:
+        x: jax.Array
+
+        def value(self):
+            return self.x
+
+    def subclass(offset):
+        @pytree_dataclass
+        class Shifted(Base):
+            def value(self):
+                return self.x + offset
+
+        return Shifted
+
+    first, second = subclass(1), subclass(2)
+    assert jax.tree.structure(first(jnp.int32(0))) != jax.tree.structure(second(jnp.int32(0)))
+    value = jax.jit(lambda mechanism: mechanism.value())
+    answers = [int(value(subclass(offset)(jnp.int32(0)))) for offset in range(100)]
+    assert answers == list(range(100))
+
+
 def test_early_stopping_needs_a_python_loop():
     @pytree_dataclass
     class Stops(NoisyTotal):
