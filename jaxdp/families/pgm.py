@@ -368,7 +368,8 @@ def _scales(precision: np.ndarray) -> float | np.ndarray:
 
 
 # Models over a domain of at most this many cells keep their whole joint distribution (float64):
-# every marginal is then one sum over it, cheaper than inference over the tree (binary16: 65,536).
+# every marginal is then summed from it (`_summed_to`), cheaper than inference over the tree
+# (binary16: 65,536 cells).
 JOINT_MAX_CELLS = 2**20
 
 
@@ -410,6 +411,7 @@ class ModelMarginals:
             if parent is not None:
                 self._below[parent] = self._below.get(parent, frozenset()) | self._below[node]
         self._messages: dict[tuple[Clique, frozenset[int]], tuple[np.ndarray, list[int]]] = {}
+        self._marginals: dict[Clique, np.ndarray] = {}  # read-only: AIM asks each model twice
         self._joint = None
         if math.prod(model.sizes) <= JOINT_MAX_CELLS:
             everything = set(range(len(model.sizes)))
@@ -463,22 +465,27 @@ class ModelMarginals:
         return trees
 
     def marginal(self, clique: Clique) -> np.ndarray:
-        """(prod of sizes,) float64 probabilities of `clique` (ascending attributes), row-major."""
+        """(prod of sizes,) float64 probabilities of `clique` (ascending attributes), row-major;
+        read-only (computed once per model)."""
         clique = tuple(clique)
+        if clique not in self._marginals:
+            table = self._computed_marginal(clique).reshape(-1)
+            table.flags.writeable = False
+            self._marginals[clique] = table
+        return self._marginals[clique]
+
+    def _computed_marginal(self, clique: Clique) -> np.ndarray:
         if self._joint is not None:
-            return self._joint.sum(axis=tuple(a for a in range(self._joint.ndim) if a not in clique)).reshape(
-                -1
-            )
+            return _summed_to(self._joint, tuple(range(self._joint.ndim)), clique)
         home = [c for c in self._beliefs if set(clique) <= set(c)]
         if home:
             c = min(home, key=lambda c: self._beliefs[c].size)
-            drop = tuple(i for i, a in enumerate(c) if a not in clique)
-            return self._beliefs[c].sum(axis=drop).reshape(-1)
+            return _summed_to(self._beliefs[c], c, clique)
         wanted = set(clique)
         operands: list[Any] = []
         for top, children in self._covering_trees(clique):
             operands += self._collect(top, None, children, wanted)
-        return np.einsum(*operands, list(clique)).reshape(-1)
+        return np.einsum(*operands, list(clique))
 
     def _collect(
         self, node: Clique, parent: Clique | None, children: dict[Clique, list[Clique]], wanted: set[int]
@@ -532,6 +539,17 @@ class ModelMarginals:
                     plan.append((a, parents, joint))
                     done.add(a)
         return plan
+
+
+def _summed_to(table: np.ndarray, attributes: Clique, keep: Clique) -> np.ndarray:
+    """`table` (axes over `attributes`) with every attribute outside `keep` summed out, one axis
+    at a time and the largest first: numpy sums several strided axes at once far slower (the 20
+    3-way marginals of ADULT-6's 363k-cell joint in 11 ms instead of 85 ms)."""
+    axes = list(attributes)
+    for a in sorted((a for a in axes if a not in keep), key=lambda a: -table.shape[axes.index(a)]):
+        table = table.sum(axis=axes.index(a))
+        axes.remove(a)
+    return table
 
 
 def calibrate(

@@ -64,9 +64,9 @@ def test_calibrated_beliefs_equal_the_brute_force_joint(pairs, joint, monkeypatc
     for size in (1, 2, 3, 4):  # marginals across nodes and trees, twice (messages are reused)
         for clique in [*itertools.combinations(everything, size)] * 2:
             drop = tuple(a for a in everything if a not in clique)
-            np.testing.assert_allclose(
-                marginals.marginal(clique), joint.sum(axis=drop).reshape(-1), atol=1e-9
-            )
+            marginal = marginals.marginal(clique)
+            np.testing.assert_allclose(marginal, joint.sum(axis=drop).reshape(-1), atol=1e-9)
+            assert not marginal.flags.writeable  # the second ask gets the first's table: shared
 
 
 def test_merge_repeats_is_the_inverse_variance_average():
