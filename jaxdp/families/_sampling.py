@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp._jit import fast_compiled
 from jaxdp.types import Array, Key
 
 
@@ -29,7 +30,10 @@ def padded_length(n: int) -> int:
 _PHI = 2654435769
 
 
-@jax.jit
+# XLA:CPU's quicker code generator (`jaxdp._jit`): a release compiles it first, on its critical
+# path, and runs it a few times. 65,536 rows and 6 strata: compiled in 0.48-0.57 s instead of
+# 0.70-0.73 s (a loaded 2-core CPU), run in 44 ms either way, the same draws.
+@fast_compiled
 def systematic(key: Key, table: Array, group: Array, size: Array, strata: Array) -> Array:
     """One column of categories: each group's counts its expected counts rounded, and spread
     evenly over the records' other columns.

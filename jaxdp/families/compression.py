@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import _checks
+from jaxdp._jit import fast_compiled
 from jaxdp.families._sampling import padded_length, systematic
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Array, Key
@@ -207,7 +208,7 @@ class CompressedDomain(NamedTuple):
         return jnp.stack(columns, axis=1).astype(jnp.int32)
 
 
-@jax.jit
+@fast_compiled  # as `systematic`, which it runs: compiled once per release and run once
 def _spread_column(key: Key, table, column: Array, merged_code, values, decode, size, strata: Array) -> Array:
     """One attribute's codes over its declared values: the merged code (`merged_code`) becomes
     the value `systematic` picks among `values` (the first `size`, by `table`'s first row); a kept
