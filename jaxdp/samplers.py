@@ -64,6 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxdp._jit import fast_compiled
 from jaxdp.types import Array, Key
 
 SIGMA_MIN = 2.0**-6
@@ -560,7 +561,13 @@ def _pool(n: int) -> int:
     return n if n <= 2**12 else min(2**16, max(2**12, n // 32))
 
 
-@functools.partial(jax.jit, static_argnames=("sampler", "n"))
+# Both samplers compile with XLA:CPU's quicker code generator (`jaxdp._jit`) where they are called
+# on their own (a host-driven mechanism's measurements and selections; inside another program they
+# are inlined into it): a fresh AIM process compiles each on its critical path. On the 2-core CPU
+# (loaded) the discrete Gaussian's first call took 0.51-0.74 s instead of 0.95-1.27 s, the same
+# draws, 10^6 of them in 81-100 ms instead of 63-84 ms; the exponential choice's 0.74-1.05 s
+# instead of 0.80-1.13 s, the same picks, sub-millisecond runs either way.
+@functools.partial(fast_compiled, static_argnames=("sampler", "n"))
 def _rejection(sampler, params, source: Array, n: int) -> Array:
     """n i.i.d. int32 draws from the sampler's target: `size` slots, slot i filling outputs
     i, i + size, i + 2 size, ... in the order its attempts are accepted."""
@@ -920,7 +927,7 @@ def _choice(key: Key, gaps: Array, eligible: Array, rate: DyadicRate, dyadic: bo
     return _exponential_choice(_Choice(dyadic), params, _consume(key))
 
 
-@functools.partial(jax.jit, static_argnames="sampler")
+@functools.partial(fast_compiled, static_argnames="sampler")
 def _exponential_choice(sampler: _Choice, params: _ChoiceParams, source: Array) -> Array:
     """Rounds of `size` attempts, one per slot; the round's answer is known once the first attempt
     (in slot order) that is not rejected is accepted."""
