@@ -105,9 +105,8 @@ def pytree_dataclass(cls: type[T]) -> type[T]:
         return [getattr(obj, name) for name in data], tuple(getattr(obj, name) for name in meta)
 
     def flatten_with_keys(obj):
-        return list(zip(keys, (getattr(obj, name) for name in data), strict=True)), tuple(
-            getattr(obj, name) for name in meta
-        )
+        leaves, statics = flatten(obj)
+        return list(zip(keys, leaves, strict=True)), statics
 
     def unflatten(statics, leaves):
         return cls(**dict(zip(data, leaves, strict=True)), **dict(zip(meta, statics, strict=True)))

@@ -103,8 +103,8 @@ def test_a_subclass_never_runs_through_its_parents_compiled_program():
     """Mechanisms are jit arguments, so their treedef keys the compiled program. Classes made by
     `pytree_dataclass` with the same fields must still have different treedefs: with jax's own
     `register_dataclass` they compare equal while hashing apart, and a jitted call ran another
-    class's program whenever two met in one bucket of jax's cache (12-17% of 300 calls below,
-    measured before the fix; it made the reshaping test above fail at random)."""
+    class's program whenever two met in one bucket of jax's cache (12-17% of 300 such calls in
+    a measurement before the fix; it made the reshaping test above fail at random)."""
 
     @pytree_dataclass
     class Base:

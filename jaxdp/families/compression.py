@@ -208,7 +208,7 @@ class CompressedDomain(NamedTuple):
         return jnp.stack(columns, axis=1).astype(jnp.int32)
 
 
-@fast_compiled  # as `systematic`, which it runs: compiled once per release and run once
+@fast_compiled  # as `systematic`, which it runs: compiled and run once per merged attribute
 def _spread_column(key: Key, table, column: Array, merged_code, values, decode, size, strata: Array) -> Array:
     """One attribute's codes over its declared values: the merged code (`merged_code`) becomes
     the value `systematic` picks among `values` (the first `size`, by `table`'s first row); a kept
