@@ -12,8 +12,9 @@ the coded `Domain` a mechanism sees:
 `decode` maps a release back to the schema's columns, labels and units: a value drawn within its
 bin, values rounded to whole numbers where declared, empty where the release says so. Within a
 bin of private quantiles the value follows the noisy fine histogram the quantiles were read from
-(each fine cell of the bin in proportion to its noisy count clipped at 0, then uniform within the
-cell); within any other bin it is uniform (among the bin's whole numbers for an integer column).
+(each fine cell of the bin in proportion to its noisy count, cells within the noise taken as
+empty: `binning.split_fine_weights`; then uniform within the cell); within any other bin it is
+uniform (among the bin's whole numbers for an integer column).
 The fine histogram is already released (and charged) for the cut points: following it costs
 nothing, and places values where the data is within wide bins.
 """
@@ -27,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxdp.binning import bin_codes, fine_cuts, method
+from jaxdp.binning import bin_codes, fine_cell_bins, fine_cuts, method
 from jaxdp.domain import (
     Attribute,
     Categorical,
@@ -57,7 +58,7 @@ class TableCoding:
         real: numeric columns stay real (RAP++).
         private: names of the columns whose cut points were chosen from the data (charged).
         fine: per private column, the (G,) weights of its fine cells (`binning.fine_cuts`; the
-            noisy fine counts clipped at 0, `binning.split_fine_weights`) that place a bin's
+            noisy fine counts, `binning.split_fine_weights`) that place a bin's
             values; a column without them is decoded uniformly within its bins.
     """
 
@@ -223,7 +224,7 @@ def _within_bins(
         return np.where(empty, np.nan, out)
     starts, ends = _bin_bounds(column, fine_cuts(column))
     width = ends - starts + 1 if column.integer else ends - starts
-    cell_bin = bin_codes(cuts, starts)
+    cell_bin = fine_cell_bins(column, cuts)
     weights = np.asarray(fine_weights, np.float64)
     per_bin = np.bincount(cell_bin, weights=weights, minlength=k)
     mass = np.where(per_bin[cell_bin] > 0, weights, width)

@@ -92,7 +92,10 @@ def prepare(
         run = loop.run(mechanism, preprocess_key(key), check_keys=False)
         noisy = np.asarray(run.state.model.noisy_answers)
         cuts.update(binning.split_cuts(private, noisy))
-        fine = binning.split_fine_weights(private, noisy)
+        (entry,) = run.ledger  # one Gaussian measurement of every histogram
+        # the noise's deviation in the answers' units: counts, or fractions of the public n
+        scale = entry.scale if relation == Neighboring.ADD_REMOVE else entry.scale / len(table)
+        fine = binning.split_fine_weights(private, noisy, cuts, scale)
         label = "private binning: fine histograms of " + ", ".join(c.name for c in private)
         ledger = [dataclasses.replace(e, round=-1, label=label) for e in run.ledger]
         for charge in mechanism.plan.charges:

@@ -126,6 +126,45 @@ def test_with_a_huge_budget_private_cuts_are_the_exact_quantile_cuts():
         np.testing.assert_array_equal(cuts[column.name], reference)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_fine_weights_take_cells_within_the_noise_as_empty_unless_their_whole_bin_is(seed):
+    """`split_fine_weights` against a cell-by-cell reference: a cell keeps its noisy count where
+    it exceeds `EMPTY_BELOW` noise deviations and weighs 0 otherwise, except in a bin where no
+    cell does (its counts clipped at 0). The weights do not depend on the answers' units
+    (counts, or fractions with the noise's deviation in fractions)."""
+    rng = np.random.default_rng(seed)
+    columns = (NumericColumn("w", 0.0, 1.0), NumericColumn("age", 17, 90, integer=True))
+    sigma = 5.0
+    blocks, cuts = [], {}
+    for c in columns:
+        fine = binning.fine_cuts(c)
+        blocks.append(
+            rng.normal(0.0, sigma, len(fine) + 1) + rng.choice([0.0, 40.0], len(fine) + 1, p=[0.6, 0.4])
+        )
+        cuts[c.name] = np.sort(rng.choice(fine, 5, replace=False))
+    blocks[0][: len(blocks[0]) // 2] = rng.normal(0.0, sigma, len(blocks[0]) // 2)  # bins of noise alone
+    noisy = np.concatenate(blocks)
+    weights = binning.split_fine_weights(columns, noisy, cuts, sigma)
+    for c, block in zip(columns, blocks, strict=True):
+        starts = np.concatenate([[c.lower], binning.fine_cuts(c)])
+        expected = np.zeros(len(block))
+        for b in range(len(cuts[c.name]) + 1):
+            cells = [
+                i for i, start in enumerate(starts) if np.searchsorted(cuts[c.name], start, "right") == b
+            ]
+            if any(block[i] > binning.EMPTY_BELOW * sigma for i in cells):
+                for i in cells:
+                    expected[i] = block[i] if block[i] > binning.EMPTY_BELOW * sigma else 0.0
+            else:
+                for i in cells:
+                    expected[i] = max(block[i], 0.0)
+        np.testing.assert_array_equal(weights[c.name], expected)
+        n = 1234.0
+        fractions = binning.split_fine_weights(columns, noisy / n, cuts, sigma / n)
+        np.testing.assert_allclose(fractions[c.name] * n, expected, rtol=1e-12)
+    assert any(0 < w.sum() < np.maximum(b, 0).sum() for w, b in zip(weights.values(), blocks, strict=True))
+
+
 @pytest.mark.parametrize(("relation", "factor"), [(Neighboring.ADD_REMOVE, 1), (Neighboring.REPLACE_ONE, 2)])
 def test_histogram_sensitivity_holds_on_neighbouring_tables(relation, factor):
     """One record removed (or replaced) moves the measured histograms by exactly the declared L2

@@ -185,12 +185,13 @@ def test_values_in_a_private_bin_follow_the_noisy_fine_histogram(column):
 
 
 def test_a_private_release_places_values_by_its_fine_histogram_and_says_so():
-    """Through `preprocess.prepare`: the private columns carry their noisy fine counts (clipped
-    at 0), the report says how values are placed, and every decoded value re-encodes to its bin.
-    "w" has two clusters, [0, 0.05) and [0.5, 0.55), so one quantile bin spans the empty gap
-    between them: the fine histogram keeps its values near the clusters (2% land in the gap, on
-    the noise of the empty cells), where the uniform spread of the same bins (the negative
-    control) puts 7.5% there."""
+    """Through `preprocess.prepare`: the private columns carry their noisy fine counts (cells
+    within the noise taken as empty), the report says how values are placed, and every decoded
+    value re-encodes to its bin. "w" has two clusters, [0, 0.05) and [0.5, 0.55), so one quantile
+    bin spans the empty gap between them: the fine histogram keeps its values near the clusters
+    (0.3% land in the gap, on the few empty cells whose noise clears the threshold; 2% with the
+    counts clipped at 0 alone), where the uniform spread of the same bins (the negative control)
+    puts 7.5% there."""
     import dataclasses
 
     from jaxdp import preprocess
@@ -216,4 +217,4 @@ def test_a_private_release_places_values_by_its_fine_histogram_and_says_so():
     np.testing.assert_array_equal(coding.encode(decoded).codes, prepared.dataset.codes)
     uniform = dataclasses.replace(coding, fine={}).decode(prepared.dataset, jax.random.key(1))
     in_gap = [np.mean((t.values["w"] > 0.06) & (t.values["w"] < 0.49)) for t in (decoded, uniform)]
-    assert in_gap[0] < 0.035 < 0.06 < in_gap[1]
+    assert in_gap[0] < 0.01 < 0.06 < in_gap[1]
