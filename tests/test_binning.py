@@ -126,6 +126,23 @@ def test_with_a_huge_budget_private_cuts_are_the_exact_quantile_cuts():
         np.testing.assert_array_equal(cuts[column.name], reference)
 
 
+@pytest.mark.parametrize(("lower", "upper"), [(0, 99999), (17, 90), (0, 128), (-5, 300), (0.5, 4356.5)])
+def test_the_fine_grid_of_an_integer_column_keeps_its_bounds_whole_numbers_apart(lower, upper):
+    """FINE_CELLS cells (one per whole number where there are fewer), each holding at least one
+    whole number; with more, each bound's whole number alone in its cell (where piles sit) and
+    the cells between equal width to within one whole number."""
+    column = NumericColumn("x", lower, upper, integer=True)
+    first, last = column.whole_numbers
+    starts, ends = column.whole_number_bins(binning.fine_cuts(column))
+    held = ends - starts + 1
+    assert held.min() >= 1 and held.sum() == last - first + 1
+    if last - first + 1 <= binning.FINE_CELLS:
+        assert np.all(held == 1)
+        return
+    assert len(held) == binning.FINE_CELLS and held[0] == held[-1] == 1
+    assert held[1:-1].max() - held[1:-1].min() <= 1
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_fine_weights_take_cells_within_the_noise_as_empty_unless_their_whole_bin_is(seed):
     """`split_fine_weights` against a cell-by-cell reference: a cell keeps its noisy count where
