@@ -47,11 +47,12 @@ DEFAULT_BINNING_SHARE = 0.1
 # Cells of the public grid the quantiles are read from: more cells resolve the quantiles more
 # finely, but the noise of a cumulative count grows with the square root of the cells summed.
 FINE_CELLS = 128
-# A fine cell whose noisy count is at most this many noise deviations is taken as empty when
-# values are placed within bins (`split_fine_weights`). Raw Adult train, 32 noisy quantile bins
-# decoded with no mechanism between (10 noise draws at epsilon 1's scale): mixed-marginal error
-# 0.00458 with counts clipped at 0, 0.00439 / 0.00427 / 0.00434 / 0.00441 at 1.5 / 2 / 2.5 / 3
-# deviations, 0.00424 with the true counts (bench/README.md, "Raw Adult through a table schema").
+# A fine cell whose noisy count is at most this many noise deviations is pooled with the like
+# cells of its bin when values are placed within bins (`split_fine_weights`). Raw Adult train,
+# 32 noisy quantile bins decoded with no mechanism between (10 noise draws at epsilon 1's
+# scale): mixed-marginal error 0.00458 with counts clipped at 0, 0.00439 / 0.00427 / 0.00434 /
+# 0.00441 with such cells zeroed at 1.5 / 2 / 2.5 / 3 deviations, 0.00424 with the true counts
+# (bench/README.md, "Raw Adult through a table schema").
 EMPTY_BELOW = 2.0
 
 
@@ -213,11 +214,14 @@ def split_fine_weights(
     records over the fine cells the bin holds (`jaxdp.coding`; post-processing of the same
     released counts the cut points come from).
 
-    A cell's weight is its noisy count where that exceeds `EMPTY_BELOW` noise deviations, else 0:
-    an empty cell's noise, clipped at 0, would still average 0.4 deviations, and a wide bin of a
-    heaped column holds many empty cells (raw Adult's capital-gain: 2,100 records' worth over its
-    empty cells at epsilon 1, 6% of the column), so clipping alone moves records to values nobody
-    has. A bin none of whose cells clears the threshold keeps its counts clipped at 0.
+    A cell whose noisy count exceeds `EMPTY_BELOW` noise deviations weighs its count. The other
+    cells of its bin share their counts' sum, clipped at 0, in proportion to their widths: one
+    by one they cannot be told from empty, but their sum is measured to sqrt(cells) deviations.
+    Each cell's own count clipped at 0 would give an empty cell 0.4 deviations on average, and a
+    wide bin of a heaped column holds many (raw Adult's capital-gain: 2,100 records' worth over
+    its empty cells at epsilon 1, 6% of the column), so clipping alone moves records to values
+    nobody has; zeroing those cells instead would move a thin tail's records onto the few cells
+    that clear the threshold (a top code, say).
 
     Args:
         columns: the private columns, in the measurement's order.
@@ -228,10 +232,22 @@ def split_fine_weights(
     weights = {}
     for c, block in zip(columns, _fine_blocks(columns, noisy_answers), strict=True):
         cell_bin = fine_cell_bins(c, cuts[c.name])
+        bins = len(cuts[c.name]) + 1
+        width = _fine_widths(c)
         clears = block > EMPTY_BELOW * noise_scale
-        some_clear = np.bincount(cell_bin, weights=clears, minlength=len(cuts[c.name]) + 1) > 0
-        weights[c.name] = np.where(clears | ~some_clear[cell_bin], np.maximum(block, 0.0), 0.0)
+        pooled = np.bincount(cell_bin, weights=np.where(clears, 0.0, block), minlength=bins)
+        pooled_width = np.bincount(cell_bin, weights=np.where(clears, 0.0, width), minlength=bins)
+        density = np.maximum(pooled, 0.0) / np.where(pooled_width > 0, pooled_width, 1.0)
+        weights[c.name] = np.where(clears, block, density[cell_bin] * width)
     return weights
+
+
+def _fine_widths(column: NumericColumn) -> np.ndarray:
+    """(G,) each fine cell's width: its whole numbers for an integer column, else its length."""
+    if column.integer:
+        starts, ends = column.whole_number_bins(fine_cuts(column))
+        return ends - starts + 1
+    return np.diff(np.concatenate([[column.lower], fine_cuts(column), [column.upper]]))
 
 
 def _fine_blocks(columns: tuple[NumericColumn, ...], noisy_answers: np.ndarray) -> list[np.ndarray]:

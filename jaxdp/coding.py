@@ -12,8 +12,8 @@ the coded `Domain` a mechanism sees:
 `decode` maps a release back to the schema's columns, labels and units: a value drawn within its
 bin, values rounded to whole numbers where declared, empty where the release says so. Within a
 bin of private quantiles the value follows the noisy fine histogram the quantiles were read from
-(each fine cell of the bin in proportion to its noisy count, cells within the noise taken as
-empty: `binning.split_fine_weights`; then uniform within the cell); within any other bin it is
+(each fine cell of the bin in proportion to its noisy count, the cells within the noise sharing
+their sum: `binning.split_fine_weights`; then uniform within the cell); within any other bin it is
 uniform (among the bin's whole numbers for an integer column).
 The fine histogram is already released (and charged) for the cut points: following it costs
 nothing, and places values where the data is within wide bins.

@@ -144,13 +144,18 @@ def test_the_fine_grid_of_an_integer_column_keeps_its_bounds_whole_numbers_apart
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_fine_weights_take_cells_within_the_noise_as_empty_unless_their_whole_bin_is(seed):
+def test_fine_weights_pool_the_cells_within_the_noise_over_their_bin(seed):
     """`split_fine_weights` against a cell-by-cell reference: a cell keeps its noisy count where
-    it exceeds `EMPTY_BELOW` noise deviations and weighs 0 otherwise, except in a bin where no
-    cell does (its counts clipped at 0). The weights do not depend on the answers' units
-    (counts, or fractions with the noise's deviation in fractions)."""
+    it exceeds `EMPTY_BELOW` noise deviations; the other cells of a bin share their counts' sum,
+    clipped at 0, in proportion to their widths (whole numbers counted one by one for an integer
+    column). The weights do not depend on the answers' units (counts, or fractions with the
+    noise's deviation in fractions)."""
     rng = np.random.default_rng(seed)
-    columns = (NumericColumn("w", 0.0, 1.0), NumericColumn("age", 17, 90, integer=True))
+    columns = (
+        NumericColumn("w", 0.0, 1.0),
+        NumericColumn("age", 17, 90, integer=True),
+        NumericColumn("gain", 0, 99999, integer=True),
+    )
     sigma = 5.0
     blocks, cuts = [], {}
     for c in columns:
@@ -163,23 +168,28 @@ def test_fine_weights_take_cells_within_the_noise_as_empty_unless_their_whole_bi
     noisy = np.concatenate(blocks)
     weights = binning.split_fine_weights(columns, noisy, cuts, sigma)
     for c, block in zip(columns, blocks, strict=True):
-        starts = np.concatenate([[c.lower], binning.fine_cuts(c)])
+        fine = binning.fine_cuts(c)
+        if c.integer:
+            first, last = c.whole_numbers
+            width = np.bincount(
+                np.searchsorted(fine, np.arange(first, last + 1), "right"), minlength=len(block)
+            )
+        else:
+            width = np.diff(np.concatenate([[c.lower], fine, [c.upper]]))
+        starts = np.concatenate([[c.lower], fine])
         expected = np.zeros(len(block))
         for b in range(len(cuts[c.name]) + 1):
             cells = [
                 i for i, start in enumerate(starts) if np.searchsorted(cuts[c.name], start, "right") == b
             ]
-            if any(block[i] > binning.EMPTY_BELOW * sigma for i in cells):
-                for i in cells:
-                    expected[i] = block[i] if block[i] > binning.EMPTY_BELOW * sigma else 0.0
-            else:
-                for i in cells:
-                    expected[i] = max(block[i], 0.0)
-        np.testing.assert_array_equal(weights[c.name], expected)
+            pooled = [i for i in cells if block[i] <= binning.EMPTY_BELOW * sigma]
+            mass = max(sum(block[i] for i in pooled), 0.0)
+            for i in cells:
+                expected[i] = mass * width[i] / sum(width[j] for j in pooled) if i in pooled else block[i]
+        np.testing.assert_allclose(weights[c.name], expected, rtol=1e-9, atol=1e-9)
         n = 1234.0
         fractions = binning.split_fine_weights(columns, noisy / n, cuts, sigma / n)
-        np.testing.assert_allclose(fractions[c.name] * n, expected, rtol=1e-12)
-    assert any(0 < w.sum() < np.maximum(b, 0).sum() for w, b in zip(weights.values(), blocks, strict=True))
+        np.testing.assert_allclose(fractions[c.name] * n, expected, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize(("relation", "factor"), [(Neighboring.ADD_REMOVE, 1), (Neighboring.REPLACE_ONE, 2)])

@@ -186,11 +186,11 @@ def test_values_in_a_private_bin_follow_the_noisy_fine_histogram(column):
 
 def test_a_private_release_places_values_by_its_fine_histogram_and_says_so():
     """Through `preprocess.prepare`: the private columns carry their noisy fine counts (cells
-    within the noise taken as empty), the report says how values are placed, and every decoded
-    value re-encodes to its bin. "w" has two clusters, [0, 0.05) and [0.5, 0.55), so one quantile
+    within the noise pooled over their bin), the report says how values are placed, and every
+    decoded value re-encodes to its bin. "w" has two clusters, [0, 0.05) and [0.5, 0.55), so one quantile
     bin spans the empty gap between them: the fine histogram keeps its values near the clusters
-    (0.3% land in the gap, on the few empty cells whose noise clears the threshold; 2% with the
-    counts clipped at 0 alone), where the uniform spread of the same bins (the negative control)
+    (0.3% land in the gap, on the noise of its empty cells, pooled; 2% with each cell's count
+    clipped at 0), where the uniform spread of the same bins (the negative control)
     puts 7.5% there."""
     import dataclasses
 
@@ -222,11 +222,12 @@ def test_a_private_release_places_values_by_its_fine_histogram_and_says_so():
 
 def test_a_pile_at_a_bound_is_released_as_that_value():
     """An integer amount that is 0 in 90% of rows and 99999 (a top code) in 1%, the rest spread
-    over (0, 99999): through private quantile bins at epsilon 1 the release keeps 0 and 99999 as
-    values, each within 1.5 points of its share in the private table (the quantile bins' counts
-    are its noisy fine counts' to within their noise, 45 counts of 20,000 here: 0.2%). The
-    negative control, a first cell that holds 0 with the next 780 whole numbers (the equal-width
-    grid's), decoded within it, puts well under 1% of the rows at 0."""
+    thinly over (0, 99999): its coded table through private quantile bins at epsilon 1, decoded,
+    keeps 0 and 99999 as values, each within half a point of its share (0.902 and 0.0116
+    against 0.902 and 0.0088 with this key; zeroing the top bin's thin cells instead of pooling
+    them put 1.6% at 99999). The negative control, a first cell that holds 0 with the next 780
+    whole numbers (the equal-width grid's), decoded within it, puts well under 1% of the rows at
+    0."""
     import dataclasses
 
     from jaxdp import preprocess
@@ -245,7 +246,8 @@ def test_a_pile_at_a_bound_is_released_as_that_value():
         relation=Neighboring.ADD_REMOVE, key=jax.random.key(0),
     )  # fmt: skip
     released = prepared.coding.decode(prepared.dataset, jax.random.key(1)).values["gain"]
-    assert abs(np.mean(released == 0) - 0.9) < 0.015 and abs(np.mean(released == 99999) - 0.01) < 0.015
+    assert abs(np.mean(released == 0) - np.mean(gain == 0)) < 0.005
+    assert abs(np.mean(released == 99999) - np.mean(gain == 99999)) < 0.005
     coarse = dataclasses.replace(prepared.coding, cuts={"gain": np.array([781.0])}, fine={})
     spread = coarse.decode(coarse.encode(table), jax.random.key(1)).values["gain"]
     assert np.mean(spread == 0) < 0.01
