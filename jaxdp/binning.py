@@ -233,7 +233,7 @@ def split_fine_weights(
     for c, block in zip(columns, _fine_blocks(columns, noisy_answers), strict=True):
         cell_bin = fine_cell_bins(c, cuts[c.name])
         bins = len(cuts[c.name]) + 1
-        width = _fine_widths(c)
+        width = fine_widths(c)
         clears = block > EMPTY_BELOW * noise_scale
         pooled = np.bincount(cell_bin, weights=np.where(clears, 0.0, block), minlength=bins)
         pooled_width = np.bincount(cell_bin, weights=np.where(clears, 0.0, width), minlength=bins)
@@ -242,7 +242,7 @@ def split_fine_weights(
     return weights
 
 
-def _fine_widths(column: NumericColumn) -> np.ndarray:
+def fine_widths(column: NumericColumn) -> np.ndarray:
     """(G,) each fine cell's width: its whole numbers for an integer column, else its length."""
     if column.integer:
         starts, ends = column.whole_number_bins(fine_cuts(column))

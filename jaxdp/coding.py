@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxdp.binning import bin_codes, fine_cell_bins, fine_cuts, method
+from jaxdp.binning import bin_codes, fine_cell_bins, fine_cuts, fine_widths, method
 from jaxdp.domain import (
     Attribute,
     Categorical,
@@ -223,7 +223,7 @@ def _within_bins(
         out = _inside(column, starts[index], ends[index], uniform)
         return np.where(empty, np.nan, out)
     starts, ends = _bin_bounds(column, fine_cuts(column))
-    width = ends - starts + 1 if column.integer else ends - starts
+    width = fine_widths(column)
     cell_bin = fine_cell_bins(column, cuts)
     weights = np.asarray(fine_weights, np.float64)
     per_bin = np.bincount(cell_bin, weights=weights, minlength=k)
