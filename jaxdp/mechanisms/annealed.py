@@ -45,7 +45,7 @@ from jax.sharding import Mesh
 from jaxdp import _checks
 from jaxdp.accounting import Plan
 from jaxdp.domain import Dataset, Domain
-from jaxdp.families import pgm
+from jaxdp.families import pgm, polish
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.families.compression import CompressedDomain, Compression
 from jaxdp.families.graphical import host_measurements
@@ -458,16 +458,19 @@ class Annealed:
 
     def release(self, state: AnnealedState, key: Key, rows: int | None = None) -> Array:
         """Synthetic records, (rows, d) int32 codes over the declared domain, sampled from the
-        final model (a merged code spread over its values, `CompressedDomain.records`)."""
+        final model (a merged code spread over its values, `CompressedDomain.records`), then
+        each value revisited toward the model's workload marginals (`families.polish`)."""
         require_key(key)
         if state.rounds_done == 0:
             raise ValueError("run the mechanism before releasing (the state holds no fitted model)")
         rows = self.default_rows(state) if rows is None else _checks.positive_int(rows, "rows")
         family = self.parts(state).family
-        if state.compressed is None:
-            return family.release(state.model, key, rows)
-        model_key, spread_key = jax.random.split(key)
-        return state.compressed.records(spread_key, family.release(state.model, model_key, rows))
+        model_key, spread_key, polish_key = jax.random.split(key, 3)
+        polish.start_compiling(polish_key, self.workload, rows)
+        codes = family.release(state.model, model_key, rows)
+        if state.compressed is not None:
+            codes = state.compressed.records(spread_key, codes)
+        return polish.polish(polish_key, codes, np.asarray(self.relaxed_answers(state)), self.workload)
 
     def compression_report(self, state: AnnealedState) -> dict[str, Any] | None:
         """The report's `compression` (None without it): the threshold (in sigmas), the spread,
