@@ -21,18 +21,21 @@ import numpy as np
 import jaxdp
 from jaxdp import api
 
-TABLES = ("adult-reduced", "adult6", "binary16")
+TABLES = ("adult-reduced", "adult6", "adult14", "binary16")
 
 
 def load_table(name: str) -> jaxdp.Dataset:
-    """The bundled ADULT-reduced, or bench_aim's 6-attribute ADULT (from ../shared) or binary16."""
+    """The bundled ADULT-reduced, or bench_aim's 6- or 14-attribute ADULT (from ../shared) or
+    binary16."""
     if name == "adult-reduced":
         return jaxdp.datasets.load("adult-reduced")
     import bench_aim  # beside this script (the child runs in bench/)
 
-    data = bench_aim.load_adult(6) if name == "adult6" else bench_aim.binary16()
+    if name == "binary16":
+        return bench_aim.binary16()
+    data = bench_aim.load_adult(6 if name == "adult6" else 14)
     if data is None:
-        raise SystemExit("6-attribute ADULT needs ../shared/data/private-pgm beside the checkout")
+        raise SystemExit("ADULT needs ../shared/data/private-pgm beside the checkout")
     return data
 
 
