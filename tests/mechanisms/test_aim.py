@@ -578,11 +578,12 @@ def test_bad_noise_is_refused():
 
 def test_released_records_round_the_model_on_its_measured_cliques():
     """Each measured clique's counts over the released records are the model's marginal times
-    the rows, rounded: within 3 records per cell (at most 2.35 over seeds 0-9: `pgm.sample`
+    the rows, rounded: within 2 records per cell (at most 1.15 over seeds 0-9: `pgm.sample`
     rounds each parent group's counts and balances the workload's marginals across the groups,
-    each cell to a record or two), where records drawn independently miss by about sqrt(rows p)
-    (negative control: one multinomial draw per clique, tens of records off). The same key
-    replays the same records, as many as asked."""
+    and `families.polish` moves values toward the model's marginals; 2.35 before the polish),
+    where records drawn independently miss by about sqrt(rows p) (negative control: one
+    multinomial draw per clique, tens of records off). The same key replays the same records,
+    as many as asked."""
     from jaxdp.families.graphical import _marginals_of
     from jaxdp.queries import MarginalWorkload
 
@@ -605,7 +606,31 @@ def test_released_records_round_the_model_on_its_measured_cliques():
         for i, clique in enumerate(measured.cliques):
             cells = slice(measured.offsets[i], measured.offsets[i] + measured.cells[i])
             expected = rows * model.marginal(clique)
-            assert np.abs(counts[cells] - expected).max() <= 3.0, (seed, clique)
+            assert np.abs(counts[cells] - expected).max() <= 2.0, (seed, clique)
             if len(clique) == 2:
                 drawn = control.multinomial(rows, expected / expected.sum())
                 assert np.abs(drawn - expected).max() > 3.0
+
+
+def test_the_polish_brings_the_records_closer_to_the_model(monkeypatch):
+    """The release's workload counts against the model's (its answers times the rows), summed L1:
+    the polish lowers it on every seed (0.77-0.88 of the unpolished release's over seeds 0-3; a
+    pass can only lower it, each visit taking the value that lowers it most). Negative control:
+    with no pass, the records are the sampler's, further off."""
+    from jaxdp.families import polish
+
+    data = tiny_dataset(n=3000)
+
+    def distance(mech, state, seed, target):
+        codes = loop.release(mech, state, jax.random.key(seed), rows=3000)
+        return float(np.abs(np.asarray(marginal_counts(codes, mech.workload)) - target).sum())
+
+    for seed in range(3):
+        mech = _aim(data, max_rounds=10, iters=50, final_iters=50, relation="replace-one")
+        state = loop.run(mech, jax.random.key(seed)).state
+        target = np.asarray(mech.relaxed_answers(state)) * 3000
+        polished = distance(mech, state, seed, target)
+        monkeypatch.setattr(polish, "PASSES", 0)
+        drawn = distance(mech, state, seed, target)
+        monkeypatch.setattr(polish, "PASSES", 1)
+        assert polished < 0.95 * drawn, (seed, polished, drawn)
