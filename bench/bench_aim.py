@@ -176,8 +176,8 @@ def run_once(data, workload, seed: int, epsilon: float, delta: float, **options)
     bounds = mech.error_bounds(result.state, 0.95, synthetic=codes)
     true_l1 = np.add.reduceat(
         np.abs(
-            evaluate.record_counts(data.codes, workload)
-            - evaluate.record_counts(codes, workload) * len(data) / len(codes)
+            evaluate._counts(data.codes, workload)
+            - evaluate._counts(codes, workload) * len(data) / len(codes)
         ),
         np.asarray(workload.offsets),
     )

@@ -34,7 +34,7 @@ def _padded_counts(
     return marginal_counts(codes, plan, jnp.int32).at[first_cells].add(-padding)
 
 
-def record_counts(codes: np.ndarray, workload: MarginalWorkload) -> np.ndarray:
+def _counts(codes: np.ndarray, workload: MarginalWorkload) -> np.ndarray:
     """(n_queries,) int32 exact counts on the host.
 
     The plan is an argument of the compiled program, not a constant (ADULT's 364 3-way marginals
@@ -51,7 +51,7 @@ def record_counts(codes: np.ndarray, workload: MarginalWorkload) -> np.ndarray:
 
 def fractions(data: Dataset, workload: MarginalWorkload) -> np.ndarray:
     """(workload.n_queries,) float64 normalised answers of the workload on `data`."""
-    return record_counts(data.codes, workload) / len(data)
+    return _counts(data.codes, workload) / len(data)
 
 
 def _summarise(cells: np.ndarray, diff: np.ndarray, workload: MarginalWorkload) -> dict[str, float]:
@@ -83,10 +83,7 @@ def workload_errors(real: Dataset, synthetic: Dataset, workload: MarginalWorkloa
     """Errors of a synthetic table's answers against the real table's, over `workload`."""
     if real.domain.sizes != synthetic.domain.sizes:
         raise ValueError("real and synthetic tables must share the same categorical domain")
-    real_counts, synthetic_counts = (
-        record_counts(real.codes, workload),
-        record_counts(synthetic.codes, workload),
-    )
+    real_counts, synthetic_counts = _counts(real.codes, workload), _counts(synthetic.codes, workload)
     # Only cells non-empty in either table can differ (3% of ADULT's 20.9 M 3-way cells): the
     # float64 maths runs on those alone.
     cells = np.flatnonzero(real_counts | synthetic_counts)

@@ -10,7 +10,8 @@ record's value away and gives it the value whose cells, in every workload margin
 attribute, owe most, i.e. the value that lowers the summed L1 distance between the records'
 counts and the model's expected counts (the model's answers times the rows) the most; the old
 value on ties. Each visit can only lower that distance (a coordinate descent over records), and
-no record is moved onto a cell the model gives probability 0.
+no record is moved onto a cell the model gives probability 0; a record that holds such a cell
+is moved off it wherever another value is allowed, whatever that does to the distance.
 
 Post-processing only: the targets are the released model's answers, and the visiting order is
 drawn from a RELEASE key.
@@ -25,38 +26,64 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import evaluate
 from jaxdp._background import Compiler
 from jaxdp.families._sampling import padded_length
-from jaxdp.queries import MarginalWorkload
+from jaxdp.queries import MarginalWorkload, marginal_counts
 from jaxdp.types import Array, Key
 
 # passes over every (record, attribute). AIM's records / model on 14-attribute ADULT, seed 0:
 # 1.020 unpolished, 1.012 after one pass, 1.011 after two
 PASSES = 1
-# the most counts (float32, one cell a query plus a spare) and record cells (int32, a record's
-# cell in each marginal holding the attribute visited) a polish holds; past them the records are
-# released as drawn (256 MB each)
-MAX_QUERIES = 2**26
+# the most cells a polish holds in one array (float32: the workload's cells, and each attribute's
+# marginals laid out for its pass) and record cells (int32, a record's cell in each marginal
+# holding the attribute visited); past either the records are released as drawn (256 MB each)
+MAX_CELLS = 2**26
 MAX_RECORD_CELLS = 2**26
-# the most (record, attribute) visits: each is a step of a sequential loop (about 10 us on a
-# 2-core CPU with ADULT's 78 marginals an attribute: 6 s for 14 attributes of 48,842 records);
-# past it the records are released as drawn
+# the most (record, attribute) visits, every pass counted: each is a step of a sequential loop
+# (14 attributes of 48,842 records with 78 marginals an attribute: 3.6-4.1 s a pass, warm, on a
+# 2-core CPU); past it the records are released as drawn
 MAX_VISITS = 2**21
 
 
 def polishable(workload: MarginalWorkload, rows: int) -> bool:
     """Whether `polish` runs on a release of `rows` records (the caps above)."""
-    return (
-        workload.n_queries < MAX_QUERIES
-        and padded_length(rows) * _most_holding(workload) <= MAX_RECORD_CELLS
-        and rows * len(workload.sizes) <= MAX_VISITS
-    )
+    return any(_shapes(workload, rows))
 
 
 def _most_holding(workload: MarginalWorkload) -> int:
     """The most marginals any one attribute is in."""
     return max(sum(a in c for c in workload.cliques) for a in range(len(workload.sizes)))
+
+
+def _shapes(workload: MarginalWorkload, rows: int) -> list[tuple[int, int] | None]:
+    """Per attribute, the (layout cells, candidate values) its pass compiles for, or None where
+    it is in no marginal; all None where the release is past the caps."""
+    d = len(workload.sizes)
+    if rows == 0 or not workload.cliques:
+        return [None] * d
+    n_keys = _most_holding(workload)
+    if (
+        workload.n_queries > MAX_CELLS
+        or padded_length(rows) * n_keys > MAX_RECORD_CELLS
+        or rows * d * PASSES > MAX_VISITS
+    ):
+        return [None] * d
+    layouts = [_Layout(workload, a) for a in range(d)]
+    widths = [padded_length(size) for size in workload.sizes]
+    widest = max(w for w, layout in zip(widths, layouts, strict=True) if layout.holding)
+    if padded_length(rows) * n_keys * widest <= _SHARED_WORK:
+        # one shape for all: the layout long enough for every attribute's slices read at the
+        # widest attribute's width
+        cells = max(layout.length(widest) for layout in layouts if layout.holding)
+        shapes = [(cells, widest) if layout.holding else None for layout in layouts]
+    else:
+        shapes = [
+            (layout.length(w), w) if layout.holding else None
+            for w, layout in zip(widths, layouts, strict=True)
+        ]
+    if max(shape[0] for shape in shapes if shape) > MAX_CELLS:
+        return [None] * d
+    return shapes
 
 
 def start_compiling(key: Key, workload: MarginalWorkload, rows: int) -> None:
@@ -82,15 +109,15 @@ def polish(key: Key, codes: Array, answers: np.ndarray, workload: MarginalWorklo
     rows, d = codes.shape
     signatures = _signatures(key, workload, rows)
     if not any(signatures):
-        return codes
+        return jnp.asarray(codes)
     records = np.zeros((padded_length(rows), d), np.int32)
     records[:rows] = np.asarray(codes)
-    # what each cell is owed (its target less its count); NaN where the model gives it
-    # probability 0, so that a value with such a cell is never given (NaN stays NaN)
-    targets = np.asarray(answers, np.float32) * np.float32(rows)
-    owed = np.where(targets > 0, targets, np.nan).astype(np.float32)
-    # counted by the program the error report counts the release with (one compile for both)
-    owed -= evaluate.record_counts(records[:rows], workload).astype(np.float32)
+    # what each cell is owed (its target less its count, in float64 before the float32 cast);
+    # NaN where the model gives it probability 0, so that a value with such a cell is never
+    # given (NaN stays NaN).
+    answers = np.asarray(answers, np.float64)
+    counts = np.asarray(marginal_counts(records[:rows], workload))
+    owed = np.where(answers > 0, answers * rows - counts, np.nan).astype(np.float32)
     for sweep in range(PASSES):
         for a, signature in enumerate(signatures):
             if signature is None:
@@ -113,22 +140,12 @@ def polish(key: Key, codes: Array, answers: np.ndarray, workload: MarginalWorklo
 
 def _signatures(key: Key, workload: MarginalWorkload, rows: int) -> list[tuple | None]:
     """Per attribute, the shapes its visits compile for (key type, layout cells, padded rows,
-    marginals, candidate values), or None where it is in no marginal; all None where the release
-    is not `polishable`."""
-    d = len(workload.sizes)
-    if rows == 0 or not workload.cliques or not polishable(workload, rows):
-        return [None] * d
-    n_keys = _most_holding(workload)
-    owns = []
-    for a in range(d):
-        layout = _Layout(workload, a)
-        width = padded_length(workload.sizes[a])
-        owns.append((layout.length(width), width) if layout.holding else None)
-    shared = tuple(max(own[i] for own in owns if own) for i in range(2))
-    # while a visit at the widest shape stays cheap, every attribute shares it: one compile
-    if padded_length(rows) * n_keys * shared[1] <= _SHARED_WORK:
-        owns = [own and shared for own in owns]
-    return [own and (str(key.dtype), own[0], padded_length(rows), n_keys, own[1]) for own in owns]
+    marginals, candidate values), or None where it is not visited (`_shapes`)."""
+    n_keys = _most_holding(workload) if workload.cliques else 0
+    return [
+        shape and (str(key.dtype), shape[0], padded_length(rows), n_keys, shape[1])
+        for shape in _shapes(workload, rows)
+    ]
 
 
 # record x marginal x value cells read in one attribute's pass: below it every attribute shares
@@ -182,13 +199,13 @@ class _Layout:
         """The layout's cells: a power of two past the last slice's end (`width` values)."""
         return padded_length(self.used + width)
 
-    def gather(self, flat: np.ndarray, cells: int) -> np.ndarray:
+    def gather(self, flat: np.ndarray, length: int) -> np.ndarray:
         """The marginals' cells of `flat` (workload order) in this layout, padded with zeros to
-        `cells` (at least `length`)."""
-        out = np.zeros(cells, np.float32)
+        `length` (at least `length(width)` for the width read)."""
+        out = np.zeros(length, np.float32)
         for i, shape, axis, start in zip(self.holding, self.shapes, self.axes, self.starts, strict=True):
-            cells = flat[self.workload.offsets[i] : self.workload.offsets[i] + self.workload.cells[i]]
-            out[start : start + cells.size] = np.moveaxis(cells.reshape(shape), axis, -1).ravel()
+            marginal = flat[self.workload.offsets[i] : self.workload.offsets[i] + self.workload.cells[i]]
+            out[start : start + marginal.size] = np.moveaxis(marginal.reshape(shape), axis, -1).ravel()
         return out
 
     def scatter(self, local: np.ndarray, flat: np.ndarray) -> None:

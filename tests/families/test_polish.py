@@ -80,12 +80,14 @@ def _visits_that_were_not_best(before, after, answers, workload, key) -> int:
                 mine = _recount(state[r : r + 1], workload) > 0
                 barred[value] = bool((mine & zero).any())
             held, given = before[r, a], after[r, a]
+            # a held value on a cell of probability 0 is left wherever another value is allowed
             allowed = ~barred
-            allowed[held] = True
+            if not allowed.any():
+                allowed[held] = True
             best = changes[allowed].min()
             if not allowed[given] or changes[given] > best + 2e-3:
                 wrong += 1
-            elif changes[held] <= best + 1e-4 and given != held:
+            elif allowed[held] and changes[held] <= best + 1e-4 and given != held:
                 wrong += 1  # a tie must keep the held value
             state[r, a] = given
     return wrong
@@ -114,6 +116,14 @@ def test_every_visit_gives_the_value_that_lowers_the_distance_most():
     key = jax.random.key(2)
     after = np.asarray(polish.polish(key, before, answers, workload))
     assert _visits_that_were_not_best(before, after, answers, workload, key) == 0
+    # records that hold cells of probability 0 (value 0 of the first with value 1 of the third)
+    answers, joint = _model(3)
+    before = _draw(3, 60, joint)
+    before[:12, 0], before[:12, 2] = 0, 1
+    key = jax.random.key(3)
+    after = np.asarray(polish.polish(key, before, answers, workload))
+    assert _visits_that_were_not_best(before, after, answers, workload, key) == 0
+    assert not np.any((after[:, 0] == 0) & (after[:, 2] == 1))
 
 
 def test_polish_lowers_the_distance_and_keeps_the_rows_and_zeros():
@@ -163,3 +173,31 @@ def test_padding_records_are_never_visited(rows):
     assert after.shape == (rows, 4)
     assert np.all(after < np.asarray(SIZES)) and np.all(after >= 0)
     assert _distance(after, answers, workload) <= _distance(before, answers, workload) + 1e-6
+
+
+def test_a_shared_shape_reads_every_attributes_slices_whole(monkeypatch):
+    """Attributes share one compiled shape where a pass at the widest is cheap. Here the binary
+    attributes' layout (a 7-way marginal, 192 cells) read 128 values wide needs more cells than
+    the widest attribute's own layout: the shared shape must hold it, or the slices would be read
+    from the wrong cells. The shared and the per-attribute shapes release the same records, and
+    none on a cell of probability 0 (a regression test: the shared shape once took the most
+    cells and the most values from different attributes)."""
+    sizes = (2, 2, 2, 2, 2, 2, 3, 65)
+    workload = MarginalWorkload(sizes, (tuple(range(7)), (7,)))
+    rng = np.random.default_rng(0)
+    joint = rng.dirichlet(np.full(int(np.prod(sizes[:7])), 0.3))
+    joint[rng.random(joint.size) < 0.3] = 0.0
+    joint /= joint.sum()
+    last = rng.dirichlet(np.ones(65))
+    answers = np.concatenate([joint, last])
+    cells = rng.choice(joint.size, size=300, p=joint)
+    before = np.concatenate(
+        [np.stack(np.unravel_index(cells, sizes[:7]), axis=1), rng.choice(65, size=(300, 1), p=last)], axis=1
+    ).astype(np.int32)
+    before[:20, :7] = np.stack(np.unravel_index(np.flatnonzero(joint == 0)[:20], sizes[:7]), axis=1)
+    shared = np.asarray(polish.polish(jax.random.key(0), before, answers, workload))
+    monkeypatch.setattr(polish, "_SHARED_WORK", 0)
+    own = np.asarray(polish.polish(jax.random.key(0), before, answers, workload))
+    np.testing.assert_array_equal(shared, own)
+    flat = np.ravel_multi_index(shared[:, :7].T, sizes[:7])
+    assert np.all(joint[flat] > 0)

@@ -614,7 +614,8 @@ def test_released_records_round_the_model_on_its_measured_cliques():
 
 def test_the_polish_brings_the_records_closer_to_the_model(monkeypatch):
     """The release's workload counts against the model's (its answers times the rows), summed L1:
-    the polish lowers it on every seed (0.77-0.88 of the unpolished release's over seeds 0-3; a
+    the polish lowers it on every seed (0.77-0.88 of the unpolished release's, seen over seeds
+    0-3; the test runs 0-2; a
     pass can only lower it, each visit taking the value that lowers it most). Negative control:
     with no pass, the records are the sampler's, further off."""
     from jaxdp.families import polish
