@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxdp import _checks
 from jaxdp._jit import fast_compiled
-from jaxdp.families._sampling import padded_length, systematic
+from jaxdp.families._sampling import padded_length, systematic, weyl_step
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Array, Key
 
@@ -203,17 +203,20 @@ class CompressedDomain(NamedTuple):
                     decode,
                     merged.size,
                     strata,
+                    weyl_step(a),
                 )
             )
         return jnp.stack(columns, axis=1).astype(jnp.int32)
 
 
 @fast_compiled  # as `systematic`, which it runs: compiled and run once per merged attribute
-def _spread_column(key: Key, table, column: Array, merged_code, values, decode, size, strata: Array) -> Array:
+def _spread_column(
+    key: Key, table, column: Array, merged_code, values, decode, size, strata: Array, step: Array
+) -> Array:
     """One attribute's codes over its declared values: the merged code (`merged_code`) becomes
     the value `systematic` picks among `values` (the first `size`, by `table`'s first row); a kept
     code decodes through `decode`. One compiled program per padded shape, where its operations
-    run one by one would compile each."""
+    run one by one would compile each. `step`: the attribute's Weyl step (`weyl_step`)."""
     group = jnp.where(column == merged_code, 0, 1).astype(jnp.int32)
-    pick = systematic(key, jnp.asarray(table), group, jnp.asarray(size, jnp.int32), strata)
+    pick = systematic(key, jnp.asarray(table), group, jnp.asarray(size, jnp.int32), strata, step)
     return jnp.where(group == 0, jnp.asarray(values)[pick], jnp.asarray(decode)[column])

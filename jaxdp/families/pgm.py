@@ -41,7 +41,7 @@ import numpy as np
 
 from jaxdp._background import Compiler
 from jaxdp.families import _dense_junction, _junction
-from jaxdp.families._sampling import balanced, padded_length, systematic
+from jaxdp.families._sampling import balanced, padded_length, systematic, weyl_step
 from jaxdp.types import Array, Key
 
 Clique = tuple[int, ...]
@@ -713,7 +713,7 @@ def sample(
                 *column, jnp.asarray(cells), _key_weights(keys[i], sizes, width), lags, jnp.int32(rows)
             )
         else:
-            choice = systematic(*column, jnp.asarray(strata))
+            choice = systematic(*column, jnp.asarray(strata), weyl_step(a))
         columns[a] = np.asarray(choice)[:rows]
         strata[i, :rows] = columns[a]
     return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxdp.families import pgm
-from jaxdp.families._sampling import systematic
+from jaxdp.families._sampling import systematic, weyl_step
 from tests.conftest import programs_built
 
 mbi = pgm.require_mbi()
@@ -156,6 +156,7 @@ def test_the_sampler_spreads_categories_over_the_attributes_drawn_before():
             jnp.asarray(codes[:, 1], jnp.int32),
             jnp.int32(5),
             jnp.zeros((1, rows), jnp.int32),
+            weyl_step(2),
         )
         control = np.zeros((4, 3, 5))
         np.add.at(control, (codes[:, 0], codes[:, 1], np.asarray(unordered)), 1)
