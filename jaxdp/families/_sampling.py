@@ -71,14 +71,14 @@ def systematic(key: Key, table: Array, group: Array, size: Array, strata: Array,
 
     Within a group of m records the m systematic points (j + U_g) / m, j = 0..m-1, are handed
     out in a low-discrepancy order along the records sorted by `strata`: the record at sorted
-    position i takes the point whose rank among the Weyl sequence V_g + i PHI (mod 1) is j, and
-    the category of the group's row of `table` whose CDF interval holds it (PHI is the column's
-    `step`; each column has its own). So the group's
-    counts are its expected counts rounded up or down (a category whose interval has length m p
-    holds floor(m p) or ceil(m p) of the points), and every run of records with the same strata
-    values gets close to its share of each category: the records' joint counts with the strata
-    columns track the conditional independence the table describes, where records drawn
-    independently (or in random order) would add sampling noise to them.
+    position i takes the point whose rank among the Weyl sequence V_g + i step (mod 1) is j (each
+    column its own `step`), and the category of the group's row of `table` whose CDF interval
+    holds it. So the group's counts are its expected counts rounded up or down (a category whose
+    interval has length m p holds floor(m p) or ceil(m p) of the points), and every run of
+    records with the same strata values gets close to its share of each category: the records'
+    joint counts with the strata columns track the conditional independence the table
+    describes, where records drawn independently (or in random order) would add sampling noise
+    to them.
 
     Args:
         key: the RELEASE stream key (or one derived from it).

@@ -55,9 +55,9 @@ def _most_holding(workload: MarginalWorkload) -> int:
     return max(sum(a in c for c in workload.cliques) for a in range(len(workload.sizes)))
 
 
-def _shapes(workload: MarginalWorkload, rows: int) -> list[tuple[int, int] | None]:
-    """Per attribute, the (layout cells, candidate values) its pass compiles for, or None where
-    it is in no marginal; all None where the release is past the caps."""
+def _shapes(workload: MarginalWorkload, rows: int) -> list[tuple[int, int, int] | None]:
+    """Per attribute, the (layout cells, marginals, candidate values) its pass compiles for, or
+    None where it is in no marginal; all None where the release is past the caps."""
     d = len(workload.sizes)
     if rows == 0 or not workload.cliques:
         return [None] * d
@@ -75,10 +75,10 @@ def _shapes(workload: MarginalWorkload, rows: int) -> list[tuple[int, int] | Non
         # one shape for all: the layout long enough for every attribute's slices read at the
         # widest attribute's width
         cells = max(layout.length(widest) for layout in layouts if layout.holding)
-        shapes = [(cells, widest) if layout.holding else None for layout in layouts]
+        shapes = [(cells, n_keys, widest) if layout.holding else None for layout in layouts]
     else:
         shapes = [
-            (layout.length(w), w) if layout.holding else None
+            (layout.length(w), n_keys, w) if layout.holding else None
             for w, layout in zip(widths, layouts, strict=True)
         ]
     if max(shape[0] for shape in shapes if shape) > MAX_CELLS:
@@ -123,7 +123,7 @@ def polish(key: Key, codes: Array, answers: np.ndarray, workload: MarginalWorklo
             if signature is None:
                 continue
             layout = _Layout(workload, a)
-            _, cells, _, n_keys, _ = signature
+            _, _, cells, n_keys, _ = signature
             local_owed, column = _program(key, signature)(
                 jax.random.fold_in(key, sweep * d + a),
                 jnp.asarray(layout.gather(owed, cells)),
@@ -139,13 +139,9 @@ def polish(key: Key, codes: Array, answers: np.ndarray, workload: MarginalWorklo
 
 
 def _signatures(key: Key, workload: MarginalWorkload, rows: int) -> list[tuple | None]:
-    """Per attribute, the shapes its visits compile for (key type, layout cells, padded rows,
+    """Per attribute, the shapes its visits compile for (key type, padded rows, layout cells,
     marginals, candidate values), or None where it is not visited (`_shapes`)."""
-    n_keys = _most_holding(workload) if workload.cliques else 0
-    return [
-        shape and (str(key.dtype), shape[0], padded_length(rows), n_keys, shape[1])
-        for shape in _shapes(workload, rows)
-    ]
+    return [shape and (str(key.dtype), padded_length(rows), *shape) for shape in _shapes(workload, rows)]
 
 
 # record x marginal x value cells read in one attribute's pass: below it every attribute shares
@@ -162,7 +158,7 @@ _programs = Compiler("jaxdp-polish", capacity=64)
 
 def _program(key: Key, signature: tuple, *, wait: bool = True):
     """`_column_pass` compiled for one signature of `_signatures` (`key`: any of its key type)."""
-    _, cells, rows, n_keys, width = signature
+    _, rows, cells, n_keys, width = signature
 
     def lower():
         def shaped(*shape, dtype=jnp.int32):
