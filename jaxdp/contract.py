@@ -15,14 +15,17 @@ and, optionally,
   which `run` then drives in a Python loop with the same keys;
 - `releases: str` (default "records"): "answers" for a mechanism whose release is its noisy
   answers rather than synthetic records (the Gaussian baseline);
+- `compiled_release: bool` (default: `jittable`): False for a release that runs host code
+  between compiled programs (records polished after they are drawn), which `jaxdp.execute`
+  then calls as it is instead of compiling it as one program;
 - `finished(state) -> bool` and `realised_plan(state) -> Plan` (default: never; the fixed
   `plan`), for a mechanism that adapts its budget with a privacy filter (AIM): the loop stops
   once `finished`, and the ledger is audited against the charges it decided on. Only a
   mechanism with `jittable = False` may stop early.
 
 `check_mechanism` tells a user's mechanism what it lacks, by name, before anything runs;
-`jittable`, `releases`, `finished` and `realised_plan` below are the only readers of the
-optional members.
+`jittable`, `releases`, `compiled_release`, `finished` and `realised_plan` below are the only
+readers of the optional members.
 docs/architecture.md describes the contract with the rest of the house.
 """
 
@@ -88,6 +91,9 @@ def check_mechanism(mechanism: object) -> Mechanism:
     flag = getattr(mechanism, "jittable", True)
     if not isinstance(flag, bool):
         problems.append(f"jittable, if given, must be a bool, got {flag!r}")
+    compiled = getattr(mechanism, "compiled_release", flag)
+    if not isinstance(compiled, bool):
+        problems.append(f"compiled_release, if given, must be a bool, got {compiled!r}")
     released = getattr(mechanism, "releases", "records")
     if released not in RELEASES:
         problems.append(f"releases, if given, must be one of {RELEASES}, got {released!r}")
@@ -137,6 +143,11 @@ def check_info(info: object) -> Info:
 def jittable(mechanism: Mechanism) -> bool:
     """Whether `run` compiles the rounds (`lax.scan` under one jit) or drives them from Python."""
     return getattr(mechanism, "jittable", True)
+
+
+def compiled_release(mechanism: Mechanism) -> bool:
+    """Whether `release` traces under `jax.jit` as one program (default: the rounds do)."""
+    return getattr(mechanism, "compiled_release", jittable(mechanism))
 
 
 def releases(mechanism: Mechanism) -> str:

@@ -142,9 +142,10 @@ def _release_program(mechanism, state, key: Key, rows: int | None, *, wait: bool
 
 
 def _compiles_ahead(mechanism) -> bool:
-    """Whether the release goes through `_release_programs`: a jittable mechanism on one device
-    of this process (with several, the state's shardings would have to be part of the signature)."""
-    return contract.jittable(mechanism) and jax.local_device_count() == 1
+    """Whether the release goes through `_release_programs`: a release compiled as one program
+    (`contract.compiled_release`), on one device of this process (with several, the state's
+    shardings would have to be part of the signature)."""
+    return contract.compiled_release(mechanism) and jax.local_device_count() == 1
 
 
 def _release_ahead(mechanism, key: Key, rows: int | None) -> bool:
@@ -165,7 +166,7 @@ def _release_ahead(mechanism, key: Key, rows: int | None) -> bool:
 def _released(mechanism, state, key: Key, rows: int | None):
     """The release, by the compiled program of its shapes (the one compiled ahead, if any)."""
     if not _compiles_ahead(mechanism):
-        release = _release_compiler(mechanism, rows) if contract.jittable(mechanism) else _release
+        release = _release_compiler(mechanism, rows) if contract.compiled_release(mechanism) else _release
         return release(mechanism, state, key, rows)
     return _release_program(mechanism, state, key, rows)(mechanism, state, key)
 

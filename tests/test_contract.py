@@ -87,6 +87,18 @@ def test_a_jittable_mechanism_must_be_a_pytree():
         jaxdp.run(Plain(mech.total, mech.plan), jax.random.key(0))
 
 
+def test_compiled_release_defaults_to_jittable_and_must_be_a_bool():
+    mech = noisy_total()
+    assert contract.compiled_release(mech)
+
+    @pytree_dataclass
+    class HostRelease(NoisyTotal):
+        compiled_release = "no"
+
+    with pytest.raises(contract.ContractError, match="compiled_release, if given, must be a bool"):
+        jaxdp.run(HostRelease(mech.total, mech.plan), jax.random.key(0))
+
+
 def test_a_step_that_reshapes_its_state_is_told_which_leaf():
     @pytree_dataclass
     class Growing(NoisyTotal):

@@ -85,6 +85,10 @@ class Family:
         short_rounds: its rounds are closed-form updates whose run, on a small model, is short
             next to their compile (PEP's and MWEM's histograms), so `jaxdp.run` compiles them
             for a short run where the model is small (`jaxdp.loop.SHORT_RUN_WORK`).
+        polished: its records are drawn from a mixture of product rows whose answers are
+            `output_answers`, and each 3-way marginal sums every row's rounding, so
+            `jaxdp.adaptive`'s release moves them toward those answers (`jaxdp.families.polish`).
+            False for the histograms and multisets, whose records round one table's counts.
     """
 
     jittable: ClassVar[bool] = True
@@ -95,6 +99,7 @@ class Family:
     numeric: ClassVar[bool] = False
     releases: ClassVar[str] = "records"
     short_rounds: ClassVar[bool] = False
+    polished: ClassVar[bool] = False
 
     def bind(
         self,

@@ -16,7 +16,7 @@ private data.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -233,6 +233,12 @@ class RAP(_Fitted):
     n_rows: int = static_field(default=1000)
     softmax: bool = static_field(default=False)
 
+    @property
+    def polished(self) -> bool:
+        """Softmax rows are product distributions, polished toward on release; clipped rows need
+        not sum to one per attribute, so their answers are no distribution to move records to."""
+        return self.softmax
+
     def _representation(self, workload):
         return RelaxedRows.of(
             workload, _checks.positive_int(self.n_rows, "n_rows"), "softmax" if self.softmax else "clip"
@@ -286,6 +292,8 @@ class GEM(_Fitted):
     final_learning_rate: float | None = static_field(default=1e-5)
     ema_beta: float | None = static_field(default=0.9)
     pretrain_steps: int = static_field(default=0)
+
+    polished: ClassVar[bool] = True
 
     def _checked(self, workload):
         return dataclasses.replace(

@@ -37,12 +37,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from jaxdp import _checks
 from jaxdp import noise as noise_module
 from jaxdp.accounting import Plan
 from jaxdp.domain import DataError, Dataset
+from jaxdp.families import polish
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.families.compression import Compression
 from jaxdp.keys import Stream, require_key, stream_key
@@ -169,6 +171,16 @@ class Adaptive:
         """The first query class's marginals (what the release is judged on)."""
         return self.classes[0].workload
 
+    @property
+    def compiled_release(self) -> bool:
+        """Whether `jaxdp.execute` compiles the release as one program: not where the records
+        are polished, a host loop of compiled passes (`jaxdp.contract.compiled_release`)."""
+        return self.jittable and not self._polishes
+
+    @property
+    def _polishes(self) -> bool:
+        return self.family.polished and self.family.releases == "records" and self.workload is not None
+
     def init(self, key: Key) -> AdaptiveState:
         require_key(key)
         eligible = tuple(jnp.ones(c.n_candidates, bool) for c in self.classes)
@@ -245,13 +257,25 @@ class Adaptive:
 
     def release(self, state: AdaptiveState, key: Key, rows: int | None = None) -> Any:
         """The family's release: (rows, n_attributes) int32 records sampled from the output
-        distribution (rows default: n under replace-one), or the noisy answers of a family that
-        releases answers (Gaussian; `rows` is then unused)."""
+        distribution (rows default: n under replace-one), then, for a `polished` family, each
+        value revisited toward the distribution's workload answers (`families.polish`); or the
+        noisy answers of a family that releases answers (Gaussian; `rows` is then unused)."""
         require_key(key)
         if self.family.releases == "answers":
             return self.family.release(state.model, key, None)
         rows = self.default_rows(state) if rows is None else _checks.positive_int(rows, "rows")
-        return self.family.release(state.model, key, rows)
+        if not self._polishes:
+            return self.family.release(state.model, key, rows)
+        draw_key, polish_key = jax.random.split(key)
+        polish.start_compiling(polish_key, self.workload, rows)
+        codes, answers = _draw(self.family, state.model, draw_key, rows)
+        return polish.polish(polish_key, codes, np.asarray(answers, np.float64), self.workload)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _draw(family: Family, model: Any, key: Key, rows: int) -> tuple[Array, Array]:
+    """A polished family's records as drawn and the output answers they are polished toward."""
+    return family.release(model, key, rows), family.output_answers(model)
 
 
 def adaptive(

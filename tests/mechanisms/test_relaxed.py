@@ -12,7 +12,7 @@ from jaxdp.families.relaxed import block_softmax
 from jaxdp.keys import Stream, stream_key
 from jaxdp.mechanisms.gem import gem, gem_pub
 from jaxdp.mechanisms.rap import rap, rap_softmax
-from jaxdp.queries import all_kway
+from jaxdp.queries import all_kway, marginal_counts
 
 from .conftest import tiny_dataset
 
@@ -119,6 +119,59 @@ def test_records_follow_the_fitted_distribution_on_unmeasured_marginals(name):
     for i in np.flatnonzero(unmeasured):
         cells = slice(workload.offsets[i], workload.offsets[i] + workload.cells[i])
         assert (np.abs(sampled[cells] - relaxed[cells]) <= band[cells]).all(), workload.cliques[i]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", ["gem", "rap-softmax"])
+def test_the_polish_brings_mixture_records_closer_to_their_distribution(name, seed, monkeypatch):
+    """A mixture's records against its answers times the rows (summed L1 over the workload's
+    cells): the polish lowers the distance (to 0.06-0.10 of the drawn records' for GEM, 0.22-0.32
+    for RAP-softmax, seen over seeds 0-3; a pass can only lower it, each visit taking the value
+    that lowers it most). Negative control: with no pass, the records are the sampler's and the
+    bound fails. The release is a host loop, so `jaxdp.execute` calls it as it is and gets the
+    records `loop.release` gets; the same key replays them, as many as asked."""
+    from jaxdp import api, contract
+    from jaxdp.families import polish
+
+    data = tiny_dataset(n=3000)
+    workload = _two_way(data)
+    if name == "gem":
+        mech = gem(data, workload, rho=1.0, rounds=3, max_steps=30, **SMALL_GEM)
+    else:
+        mech = rap_softmax(data, workload, rho=1.0, rounds=3, marginals_per_round=1, n_rows=100)
+    assert not contract.compiled_release(mech) and contract.jittable(mech)
+    result = api.execute(name, mech, jax.random.key(seed), data.domain)
+
+    def released():  # a key is consumed once (the suite checks reuse): a fresh one per release
+        return np.asarray(mech.release(result.state, stream_key(jax.random.key(seed), Stream.RELEASE)))
+
+    codes = released()
+    assert codes.shape == (3000, 4)
+    np.testing.assert_array_equal(codes, result.synthetic.codes)
+    np.testing.assert_array_equal(codes, released())
+    target = 3000 * np.asarray(mech.relaxed_answers(result.state), np.float64)
+    monkeypatch.setattr(polish, "PASSES", 0)
+    drawn = released()
+    polished, unpolished = (
+        float(np.abs(np.asarray(marginal_counts(records, workload)) - target).sum())
+        for records in (codes, drawn)
+    )
+    assert polished < 0.5 * unpolished, (polished, unpolished)
+
+
+def test_clipped_rows_are_released_as_drawn():
+    """RAP's clipped rows need not sum to one per attribute: their answers are no distribution
+    to polish toward, so the release is the family's draw, compiled as one program."""
+    from jaxdp import contract
+
+    data = tiny_dataset(n=1000)
+    mech = rap(data, _two_way(data), rho=1.0, rounds=2, marginals_per_round=1, n_rows=50, max_steps=5)
+    assert contract.compiled_release(mech)
+    state = loop.run(mech, jax.random.key(0)).state
+    np.testing.assert_array_equal(
+        np.asarray(mech.release(state, jax.random.key(1))),
+        np.asarray(mech.family.release(state.model, jax.random.key(1), 1000)),
+    )
 
 
 def test_gem_pub_with_public_equal_to_private_beats_gem_from_scratch():
