@@ -15,7 +15,9 @@ purpose. They were re-recorded in this form (issue #22) at a commit whose intege
 and plans equal the previous recording's, and whose float leaves are within the tolerances below
 of it; then once more when every family's release became systematic rounding (issue #23), which
 changed the releases alone: every state, Info, ledger and answer passed against the previous
-recording before it was replaced.
+recording before it was replaced. The same held when each column took its own Weyl step (7283c0d)
+and when the mixtures' records were polished (55c7156: the releases of gem, gem-pub and
+rap-softmax alone failed).
 """
 
 import json
