@@ -91,9 +91,14 @@ def check_mechanism(mechanism: object) -> Mechanism:
     flag = getattr(mechanism, "jittable", True)
     if not isinstance(flag, bool):
         problems.append(f"jittable, if given, must be a bool, got {flag!r}")
-    compiled = getattr(mechanism, "compiled_release", flag)
-    if not isinstance(compiled, bool):
-        problems.append(f"compiled_release, if given, must be a bool, got {compiled!r}")
+    if hasattr(mechanism, "compiled_release"):
+        compiled = mechanism.compiled_release
+        if not isinstance(compiled, bool):
+            problems.append(f"compiled_release, if given, must be a bool, got {compiled!r}")
+        elif compiled and flag is False:
+            problems.append(
+                "compiled_release = True needs jittable = True: a host-driven state is no jit argument"
+            )
     released = getattr(mechanism, "releases", "records")
     if released not in RELEASES:
         problems.append(f"releases, if given, must be one of {RELEASES}, got {released!r}")

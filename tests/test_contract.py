@@ -98,6 +98,17 @@ def test_compiled_release_defaults_to_jittable_and_must_be_a_bool():
     with pytest.raises(contract.ContractError, match="compiled_release, if given, must be a bool"):
         jaxdp.run(HostRelease(mech.total, mech.plan), jax.random.key(0))
 
+    class HostRounds(NoisyTotal):  # a Python loop: its release is not compiled either
+        jittable = False
+
+    assert not contract.compiled_release(HostRounds(mech.total, mech.plan))
+
+    class Claiming(HostRounds):  # ... unless it claims so, which the contract refuses
+        compiled_release = True
+
+    with pytest.raises(contract.ContractError, match="compiled_release = True needs jittable = True"):
+        jaxdp.run(Claiming(mech.total, mech.plan), jax.random.key(0))
+
 
 def test_a_step_that_reshapes_its_state_is_told_which_leaf():
     @pytree_dataclass

@@ -85,10 +85,13 @@ class Family:
         short_rounds: its rounds are closed-form updates whose run, on a small model, is short
             next to their compile (PEP's and MWEM's histograms), so `jaxdp.run` compiles them
             for a short run where the model is small (`jaxdp.loop.SHORT_RUN_WORK`).
-        polished: its records are drawn from a mixture of product rows whose answers are
-            `output_answers`, and each 3-way marginal sums every row's rounding, so
-            `jaxdp.adaptive`'s release moves them toward those answers (`jaxdp.families.polish`).
-            False for the histograms and multisets, whose records round one table's counts.
+        polished: its records are drawn from a mixture of product rows whose workload answers
+            are `output_answers`; a marginal of the records then adds up the rounding of every
+            row, so `jaxdp.adaptive`'s release moves them toward those answers
+            (`jaxdp.families.polish`; categorical records of one query class only). False for
+            the others: histograms and multisets (their records round one table's counts),
+            Independent's product, RAP++'s mixed rows (numeric columns) and the families
+            `Annealed` drives, which polishes whatever the family.
     """
 
     jittable: ClassVar[bool] = True

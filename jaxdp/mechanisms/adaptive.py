@@ -179,7 +179,13 @@ class Adaptive:
 
     @property
     def _polishes(self) -> bool:
-        return self.family.polished and self.family.releases == "records" and self.workload is not None
+        family = self.family
+        return (
+            family.polished
+            and family.releases == "records"
+            and not family.numeric
+            and self.workload is not None
+        )
 
     def init(self, key: Key) -> AdaptiveState:
         require_key(key)
