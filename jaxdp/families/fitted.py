@@ -32,6 +32,7 @@ from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
     marginal_fractions,
+    measured,
     product_query_answers,
     relaxed_marginals,
     workload_queries,
@@ -64,6 +65,9 @@ class _Fitted(Family):
     unit: float = static_field(default=1.0)
     learning_rate: float = static_field(default=1e-2)
     max_steps: int = static_field(default=200)
+    # the workload when it is too large to answer whole at every step (`measured.by_marginal`):
+    # fits then read the measured marginals only; None: the dense kernel
+    measured_only: MarginalWorkload | None = static_field(default=None)
 
     # overridden by GEM
     final_learning_rate = None
@@ -104,6 +108,7 @@ class _Fitted(Family):
             public_mask=public_mask,
             rounds=shape.rounds,
             unit=1.0 / n_records,
+            measured_only=workload if measured.by_marginal(workload) else None,
         )
 
     def init(self, key: Key) -> FittedModel:
@@ -168,15 +173,20 @@ class _Fitted(Family):
         lo, hi = self.final_learning_rate, self.learning_rate
         return lo + 0.5 * (hi - lo) * (1 + jnp.cos(jnp.pi * t.astype(jnp.float32) / self.rounds))
 
-    def _objective(self, probs: Array, targets: Array, mask: Array, gamma: Array):
-        """(loss as a function of the probabilities, whether to go on)."""
+    def _objective(self, probs: Array, targets: Array, mask: Array, gamma: Array, marginals: Array | None):
+        """(loss as a function of the probabilities, whether to go on); `marginals`: which
+        marginals hold a masked cell, where fits read the measured marginals only (else None)."""
         raise NotImplementedError
 
     def _fit(self, params, latent, targets, mask, gamma, learning_rate, max_steps):
         representation = self.representation
+        marginals = None
+        if self.measured_only is not None:
+            marginals = measured.active_marginals(mask, self.measured_only)
 
         def refresh(p):
-            objective, active = self._objective(representation.probabilities(p, latent), targets, mask, gamma)
+            probs = representation.probabilities(p, latent)
+            objective, active = self._objective(probs, targets, mask, gamma, marginals)
             return (lambda q: objective(representation.probabilities(q, latent))), active
 
         return fit(
@@ -244,12 +254,15 @@ class RAP(_Fitted):
             workload, _checks.positive_int(self.n_rows, "n_rows"), "softmax" if self.softmax else "clip"
         )
 
-    def _objective(self, probs, targets, mask, gamma):
-        """Sum of squared errors over the masked queries (every step needs all answers)."""
+    def _objective(self, probs, targets, mask, gamma, marginals):
+        """Sum of squared errors over the masked queries (every step needs all their answers:
+        the whole workload's, or the measured marginals' alone)."""
         del probs, gamma
-        plan = self.representation.plan
+        plan, workload = self.representation.plan, self.measured_only
 
         def squared(pr):
+            if workload is not None:
+                return measured.squared_error(workload, pr, targets, mask.astype(pr.dtype), marginals)
             return jnp.sum(jnp.where(mask, relaxed_marginals(pr, plan) - targets, 0.0) ** 2)
 
         return squared, jnp.ones((), bool)
@@ -313,13 +326,19 @@ class GEM(_Fitted):
             shard_batch=self.shard_batch,
         )
 
-    def _objective(self, probs, targets, mask, gamma):
+    def _objective(self, probs, targets, mask, gamma, marginals):
         """Mean absolute error over the `top_errors` largest masked errors >= gamma at `probs`
         (GEM's update, as in its official code). It touches only those queries, so it and its
-        gradient go through the cheap gather kernel; the full answers only rank the errors."""
-        error = jnp.where(mask, relaxed_marginals(probs, self.representation.plan) - targets, 0.0)
-        active = mask & (jnp.abs(error) >= gamma)
-        top_error, top = jax.lax.top_k(jnp.where(active, jnp.abs(error), -1.0), self.top_errors)
+        gradient go through the cheap gather kernel; the answers of the workload (or of the
+        measured marginals alone) only rank the errors."""
+        if self.measured_only is not None:
+            top_error, top = measured.largest_errors(
+                probs, self.measured_only, targets, mask, marginals, gamma, self.top_errors
+            )
+        else:
+            error = jnp.where(mask, relaxed_marginals(probs, self.representation.plan) - targets, 0.0)
+            active = mask & (jnp.abs(error) >= gamma)
+            top_error, top = jax.lax.top_k(jnp.where(active, jnp.abs(error), -1.0), self.top_errors)
         chosen = top_error >= 0
         queries, top_targets = self.queries.take(top), targets[top]
 
@@ -327,7 +346,7 @@ class GEM(_Fitted):
             err = product_query_answers(pr, queries) - top_targets
             return jnp.sum(jnp.abs(err) * chosen) / jnp.maximum(jnp.sum(chosen), 1)
 
-        return absolute, jnp.any(active)
+        return absolute, jnp.any(chosen)
 
 
 _fractions = jax.jit(marginal_fractions, static_argnums=1)

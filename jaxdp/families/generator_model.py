@@ -28,7 +28,7 @@ from jaxdp.families.base import ClassShape, Family, Measured, single_class
 from jaxdp.families.fit import fit
 from jaxdp.families.generator import Generator
 from jaxdp.families.graphical import host_measurements
-from jaxdp.queries import MarginalWorkload
+from jaxdp.queries import MarginalWorkload, measured
 from jaxdp.types import MARGINALS, Array, Key, Neighboring, pytree_dataclass, static_field
 
 
@@ -48,15 +48,27 @@ def _fractions(generator: Generator, params, latent: Array) -> Array:
     return generator.answers(params, latent)
 
 
-@functools.partial(jax.jit, static_argnames="steps")
+@functools.partial(jax.jit, static_argnames=("steps", "measured_only"))
 def _adam_fit(
-    generator: Generator, params, latent: Array, targets: Array, weights: Array, rate: Array, steps: int
+    generator: Generator,
+    params,
+    latent: Array,
+    targets: Array,
+    weights: Array,
+    marginals: Array,
+    rate: Array,
+    steps: int,
+    measured_only: MarginalWorkload | None,
 ):
     """`steps` Adam steps (fresh moments, warm-started parameters) on
     sum_cells weights (G(z) answers - targets)^2, with targets in fractions: the shared fit loop
-    (`jaxdp.families.fit`) with a fixed loss and no early stop."""
+    (`jaxdp.families.fit`) with a fixed loss and no early stop. With `measured_only` (the
+    workload) the sum reads only the `marginals` that hold a weighted cell (`jaxdp.queries.measured`)."""
 
     def loss(p):
+        if measured_only is not None:
+            probs = generator.probabilities(p, latent)
+            return measured.squared_error(measured_only, probs, targets, weights, marginals)
         return jnp.sum(weights * (generator.answers(p, latent) - targets) ** 2)
 
     params, _ = fit(lambda p: (loss, True), params, max_steps=steps, learning_rate=rate)
@@ -136,8 +148,10 @@ class GeneratorModel(Family):
             model.latent,
             jnp.asarray(targets / total, jnp.float32),
             jnp.asarray(precision / precision.sum(), jnp.float32),
+            measured.active_marginals(jnp.asarray(precision > 0), self.workload),
             jnp.asarray(self.learning_rate, jnp.float32),
             steps=steps,
+            measured_only=self.workload if measured.by_marginal(self.workload) else None,
         )
         return model._replace(params=params, total=total), steps
 

@@ -12,7 +12,7 @@ from jaxdp.families.relaxed import block_softmax
 from jaxdp.keys import Stream, stream_key
 from jaxdp.mechanisms.gem import gem, gem_pub
 from jaxdp.mechanisms.rap import rap, rap_softmax
-from jaxdp.queries import all_kway, marginal_counts
+from jaxdp.queries import all_kway, marginal_counts, measured
 
 from .conftest import tiny_dataset
 
@@ -48,6 +48,42 @@ def test_gem_loss_decreases_with_exact_answers():
     assert int(steps) == 50 and loss(params) < 0.5 * before
 
 
+@pytest.mark.parametrize("name", ["rap", "rap-softmax", "gem"])
+def test_fits_over_the_measured_marginals_alone_match_the_dense_fit(name, monkeypatch):
+    """Past `measured.DENSE_MAX_QUERIES` a fit reads only the marginals with a measured cell; from
+    the same start, measurements and rate, 20 Adam steps land where the dense kernel's do. Each
+    step's loss and gradient agree to float32 rounding (tests/queries/test_measured.py); Adam
+    divides by the gradients' root mean square, so a 1e-4 band on the probabilities covers
+    20 steps of it. GEM ranks every measured error (top_errors = all), so no near-tie can pick
+    another query on one path."""
+    data = tiny_dataset(n=2000)
+    workload = all_kway(data.domain.sizes, 3)
+    factory = {
+        "rap": lambda **kw: rap(data, workload, n_rows=100, marginals_per_round=1, **kw),
+        "rap-softmax": lambda **kw: rap_softmax(data, workload, n_rows=100, marginals_per_round=1, **kw),
+        "gem": lambda **kw: gem(data, workload, top_errors=workload.n_queries, **SMALL_GEM, **kw),
+    }[name]
+    dense = factory(rho=1.0, rounds=3)
+    monkeypatch.setattr(measured, "DENSE_MAX_QUERIES", 0)
+    sparse = factory(rho=1.0, rounds=3)
+    assert dense.family.measured_only is None and sparse.family.measured_only == workload
+    model = dense.init(stream_key(jax.random.key(0), Stream.INIT)).model
+    picked = np.zeros(len(workload), bool)
+    picked[[0, 2, 3]] = True
+    mask = jnp.asarray(jaxdp.queries.expand_marginal_mask(workload, jnp.asarray(picked)))
+    target = jnp.where(mask, jnp.asarray(evaluate.fractions(data, workload), jnp.float32), 0.0)
+    fitted = []
+    for mech in (dense, sparse):
+        params, steps = jax.jit(
+            lambda p, mech=mech: mech.family._fit(p, model.latent, target, mask, 0.0, 1e-2, 20)
+        )(model.params)
+        assert int(steps) == 20
+        fitted.append(np.asarray(mech.family.representation.probabilities(params, model.latent)))
+    start = np.asarray(dense.family.representation.probabilities(model.params, model.latent))
+    assert np.abs(fitted[0] - start).max() > 1e-2  # the fit moved
+    np.testing.assert_allclose(fitted[1], fitted[0], atol=1e-4)
+
+
 def test_gem_reproduces_two_way_marginals_with_a_large_budget():
     data = tiny_dataset(n=3000)
     workload = _two_way(data)
@@ -67,12 +103,17 @@ def test_gem_reproduces_two_way_marginals_with_a_large_budget():
     assert evaluate.answer_errors(evaluate.fractions(data, workload), relaxed, workload)["max_abs"] < 0.03
 
 
+@pytest.mark.parametrize("measured_only", [False, True])
 @pytest.mark.parametrize("softmax", [False, True])
-def test_rap_fits_and_keeps_rows_in_the_box(softmax):
+def test_rap_fits_and_keeps_rows_in_the_box(softmax, measured_only, monkeypatch):
+    """On either path: every cell answered at every step, or the measured marginals alone."""
+    if measured_only:
+        monkeypatch.setattr(measured, "DENSE_MAX_QUERIES", 0)
     data = tiny_dataset(n=3000)
     workload = _two_way(data)
     factory = rap_softmax if softmax else rap
     mech = factory(data, workload, rho=1e6, rounds=3, marginals_per_round=2, n_rows=200, max_steps=300)
+    assert (mech.family.measured_only is not None) == measured_only
     state = loop.run(mech, jax.random.key(2)).state
     probs = np.asarray(mech.family.representation.probabilities(state.model.params, state.model.latent))
     assert probs.min() >= 0 and probs.max() <= 1
