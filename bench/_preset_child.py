@@ -21,14 +21,14 @@ import numpy as np
 import jaxdp
 from jaxdp import api
 
-TABLES = ("adult-reduced", "adult6", "adult14", "binary16")
+TABLES = ("adult-reduced", "adult", "adult6", "adult14", "binary16")
 
 
 def load_table(name: str) -> jaxdp.Dataset:
-    """The bundled ADULT-reduced, or bench_aim's 6- or 14-attribute ADULT (from ../shared) or
-    binary16."""
-    if name == "adult-reduced":
-        return jaxdp.datasets.load("adult-reduced")
+    """The bundled ADULT-reduced or ADULT (13 binned attributes), or bench_aim's 6- or 14-attribute
+    ADULT (from ../shared) or binary16."""
+    if name in ("adult-reduced", "adult"):
+        return jaxdp.datasets.load(name)
     import bench_aim  # beside this script (the child runs in bench/)
 
     if name == "binary16":

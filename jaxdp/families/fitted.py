@@ -9,6 +9,10 @@ generator network (GEM), fitted by Adam (`jaxdp.families.fit`) to every measurem
   the rounds and within each; an EMA of the second half of the rounds' weights as output; and,
   with public data, pretraining on the public answers (GEM-Pub).
 
+Past `jaxdp.queries.measured.DENSE_MAX_QUERIES` counting queries (14-attribute ADULT's 3-way
+marginals hold 20.9M) RAP's loss and GEM's ranking read the measured marginals alone
+(`measured_only`), not every cell of the workload at every step.
+
 Post-processing only: fits read released measurements (`Measured`) and public data, never the
 private data.
 """

@@ -8,6 +8,8 @@ Kernels (none jitted here; callers jit):
 - `exact`: counts / fractions on integer-coded records (segment-sum per marginal);
 - `sharded`: the same counts over records sharded across devices (one psum);
 - `relaxed`: product-query answers on probability rows (pivot matmuls; gather path for subsets);
+- `measured`: a fit's loss and error ranking over the measured marginals alone, for workloads too
+  large to answer whole at every step;
 - `histogram`: marginals of a dense histogram over an enumerable domain;
 - `threshold`: mixed marginals and class-conditional linear thresholds (hard / tempered sigmoid).
 """
