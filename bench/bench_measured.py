@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return jax.lax.top_k(jnp.where(mask, error, -1.0), 100)
 
     def measured_rank(p, targets, mask, active):
-        return measured.largest_errors(p, workload, targets, mask, active, jnp.float32(0.0), 100)
+        return measured.largest_errors(workload, p, targets, mask, active, jnp.float32(0.0), 100)
 
     programs = {
         ("rap_value_and_grad", "dense"): jax.jit(jax.value_and_grad(dense_loss)),

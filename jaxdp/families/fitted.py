@@ -36,11 +36,11 @@ from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
     marginal_fractions,
-    measured,
     product_query_answers,
     relaxed_marginals,
     workload_queries,
 )
+from jaxdp.queries import measured as measured_path
 from jaxdp.types import Array, Key, pytree_dataclass, static_field
 
 
@@ -69,7 +69,7 @@ class _Fitted(Family):
     unit: float = static_field(default=1.0)
     learning_rate: float = static_field(default=1e-2)
     max_steps: int = static_field(default=200)
-    # the workload when it is too large to answer whole at every step (`measured.by_marginal`):
+    # the workload when it is too large to answer whole at every step (`measured_path.by_marginal`):
     # fits then read the measured marginals only; None: the dense kernel
     measured_only: MarginalWorkload | None = static_field(default=None)
 
@@ -112,7 +112,7 @@ class _Fitted(Family):
             public_mask=public_mask,
             rounds=shape.rounds,
             unit=1.0 / n_records,
-            measured_only=workload if measured.by_marginal(workload) else None,
+            measured_only=workload if measured_path.by_marginal(workload) else None,
         )
 
     def init(self, key: Key) -> FittedModel:
@@ -186,7 +186,7 @@ class _Fitted(Family):
         representation = self.representation
         marginals = None
         if self.measured_only is not None:
-            marginals = measured.active_marginals(mask, self.measured_only)
+            marginals = measured_path.active_marginals(mask, self.measured_only)
 
         def refresh(p):
             probs = representation.probabilities(p, latent)
@@ -266,7 +266,7 @@ class RAP(_Fitted):
 
         def squared(pr):
             if workload is not None:
-                return measured.squared_error(workload, pr, targets, mask.astype(pr.dtype), marginals)
+                return measured_path.squared_error(workload, pr, targets, mask.astype(pr.dtype), marginals)
             return jnp.sum(jnp.where(mask, relaxed_marginals(pr, plan) - targets, 0.0) ** 2)
 
         return squared, jnp.ones((), bool)
@@ -336,8 +336,8 @@ class GEM(_Fitted):
         gradient go through the cheap gather kernel; the answers of the workload (or of the
         measured marginals alone) only rank the errors."""
         if self.measured_only is not None:
-            top_error, top = measured.largest_errors(
-                probs, self.measured_only, targets, mask, marginals, gamma, self.top_errors
+            top_error, top = measured_path.largest_errors(
+                self.measured_only, probs, targets, mask, marginals, gamma, self.top_errors
             )
         else:
             error = jnp.where(mask, relaxed_marginals(probs, self.representation.plan) - targets, 0.0)

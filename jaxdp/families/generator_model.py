@@ -28,7 +28,8 @@ from jaxdp.families.base import ClassShape, Family, Measured, single_class
 from jaxdp.families.fit import fit
 from jaxdp.families.generator import Generator
 from jaxdp.families.graphical import host_measurements
-from jaxdp.queries import MarginalWorkload, measured
+from jaxdp.queries import MarginalWorkload
+from jaxdp.queries import measured as measured_path
 from jaxdp.types import MARGINALS, Array, Key, Neighboring, pytree_dataclass, static_field
 
 
@@ -55,7 +56,7 @@ def _adam_fit(
     latent: Array,
     targets: Array,
     weights: Array,
-    marginals: Array,
+    marginals: Array | None,
     rate: Array,
     steps: int,
     measured_only: MarginalWorkload | None,
@@ -68,7 +69,7 @@ def _adam_fit(
     def loss(p):
         if measured_only is not None:
             probs = generator.probabilities(p, latent)
-            return measured.squared_error(measured_only, probs, targets, weights, marginals)
+            return measured_path.squared_error(measured_only, probs, targets, weights, marginals)
         return jnp.sum(weights * (generator.answers(p, latent) - targets) ** 2)
 
     params, _ = fit(lambda p: (loss, True), params, max_steps=steps, learning_rate=rate)
@@ -142,16 +143,20 @@ class GeneratorModel(Family):
             total = max(1.0, float(np.mean([m.noisy.sum() for m in measurements if len(m.clique) == 1])))
         targets, precision = self._targets(measurements)
         steps = self.final_iters if last else self.iters
+        measured_only = self.workload if measured_path.by_marginal(self.workload) else None
+        marginals = None
+        if measured_only is not None:
+            marginals = measured_path.active_marginals(jnp.asarray(precision > 0), measured_only)
         params = _adam_fit(
             self.generator,
             model.params,
             model.latent,
             jnp.asarray(targets / total, jnp.float32),
             jnp.asarray(precision / precision.sum(), jnp.float32),
-            measured.active_marginals(jnp.asarray(precision > 0), self.workload),
+            marginals,
             jnp.asarray(self.learning_rate, jnp.float32),
             steps=steps,
-            measured_only=self.workload if measured.by_marginal(self.workload) else None,
+            measured_only=measured_only,
         )
         return model._replace(params=params, total=total), steps
 

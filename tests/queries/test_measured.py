@@ -13,8 +13,12 @@ from jaxdp.queries import from_cliques, measured, relaxed_marginals
 from tests.queries import _reference as ref
 
 SIZES = (3, 2, 5, 2, 4)
-# 1-, 2-, 3-, 4- and 5-way marginals, one repeated, with the largest block first, inside and last
-WORKLOAD = from_cliques(SIZES, [(2, 4), (0,), (2, 4), (0, 1, 2, 3, 4), (1, 2, 4), (3,), (0, 2), (2, 3)])
+# 1-, 2-, 3-, 4- and 5-way marginals, one repeated, with the largest block first, inside and last,
+# and two whose largest blocks tie in size ((1, 3): 2 and 2; (0, 3, 4): none ties, (1, 3, 4) does)
+WORKLOAD = from_cliques(
+    SIZES,
+    [(2, 4), (0,), (2, 4), (0, 1, 2, 3, 4), (1, 2, 4), (3,), (0, 2), (2, 3), (0, 1, 3, 4), (1, 3), (1, 3, 4)],
+)
 
 
 def _probs(n, seed):
@@ -87,6 +91,9 @@ def test_active_marginals_are_those_with_a_masked_cell():
         np.testing.assert_array_equal(got, want)
 
 
+_largest = jax.jit(measured.largest_errors, static_argnums=(0, 6))
+
+
 @pytest.mark.parametrize("k", [1, 5, 40, WORKLOAD.n_queries])
 def test_largest_errors_rank_as_the_dense_top_k(k):
     """The same values (to float rounding) and, for distinct errors, the same queries as
@@ -99,13 +106,28 @@ def test_largest_errors_rank_as_the_dense_top_k(k):
     error = np.abs(np.asarray(relaxed_marginals(probs, WORKLOAD)) - targets)
     want_value, want_index = jax.lax.top_k(np.where(mask & (error >= floor), error, -1.0), k)
     active = measured.active_marginals(jnp.asarray(mask), WORKLOAD)
-    value, index = jax.jit(measured.largest_errors, static_argnums=(1, 6))(
-        probs, WORKLOAD, targets, mask, active, floor, k
-    )
+    value, index = _largest(WORKLOAD, probs, targets, mask, active, floor, k)
     np.testing.assert_allclose(np.asarray(value), np.asarray(want_value), rtol=1e-5, atol=1e-6)
     chosen = np.asarray(want_value) >= 0
     assert chosen.sum() > 0
     np.testing.assert_array_equal(np.sort(np.asarray(index)[chosen]), np.sort(np.asarray(want_index)[chosen]))
+
+
+@pytest.mark.parametrize("k", [1, 3, 30])
+def test_tied_errors_pick_the_same_queries_as_the_dense_top_k(k):
+    """Marginals 0 and 2 are the same marginal: every error of one ties with the other's, and
+    `lax.top_k` takes the lower index first, on either path."""
+    probs = _probs(6, 13)
+    mask = _mask(13, [0, 2])
+    targets = np.zeros(WORKLOAD.n_queries, np.float32)
+    error = np.abs(np.asarray(relaxed_marginals(probs, WORKLOAD)) - targets)
+    start = WORKLOAD.offsets[2]
+    error[start : start + WORKLOAD.cells[2]] = error[: WORKLOAD.cells[0]]  # exact ties
+    want_value, want_index = jax.lax.top_k(np.where(mask, error, -1.0), k)
+    active = measured.active_marginals(jnp.asarray(mask), WORKLOAD)
+    value, index = _largest(WORKLOAD, probs, targets, mask, active, np.float32(0.0), k)
+    np.testing.assert_allclose(np.asarray(value), np.asarray(want_value), rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(index), np.asarray(want_index))
 
 
 def test_only_workloads_past_the_threshold_take_this_path():
