@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return jnp.sum(jnp.where(mask, relaxed_marginals(p, plan) - targets, 0.0) ** 2)
 
     def measured_loss(p, targets, mask, active):
-        return measured.squared_error(workload, p, targets, mask.astype(p.dtype), active)
+        return measured.squared_error(workload, p, targets, mask, active)
 
     def dense_rank(p, targets, mask, active):
         del active

@@ -266,7 +266,7 @@ class RAP(_Fitted):
 
         def squared(pr):
             if workload is not None:
-                return measured_path.squared_error(workload, pr, targets, mask.astype(pr.dtype), marginals)
+                return measured_path.squared_error(workload, pr, targets, mask, marginals)
             return jnp.sum(jnp.where(mask, relaxed_marginals(pr, plan) - targets, 0.0) ** 2)
 
         return squared, jnp.ones((), bool)

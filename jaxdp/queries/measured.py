@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp.queries.relaxed import block_offsets
+from jaxdp.queries.relaxed import _HIGHEST, _khatri_rao, _nn, _nt, block_offsets
 from jaxdp.queries.workload import MarginalWorkload
 from jaxdp.types import Array
 
@@ -40,8 +40,6 @@ from jaxdp.types import Array
 # table but 14-attribute ADULT (ADULT-6: 55,765 queries; the bundled ADULT-reduced: 14,955) stays
 # on the dense kernel, which is faster per cell and compiles in a fraction of the time.
 DENSE_MAX_QUERIES = 1 << 20
-
-_HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def by_marginal(workload: MarginalWorkload) -> bool:
@@ -56,10 +54,10 @@ def active_marginals(mask: Array, workload: MarginalWorkload) -> Array:
     return counts[starts + np.asarray(workload.cells)] > counts[starts]
 
 
-def _columns(workload: MarginalWorkload, i: int) -> list[slice]:
-    """The probability columns of marginal i's attributes, one slice a block."""
+def _blocks(pt: Array, workload: MarginalWorkload, i: int) -> list[Array]:
+    """Marginal i's attributes' blocks of the transposed probabilities, (size_a, rows) each."""
     offsets = block_offsets(workload.sizes)
-    return [slice(offsets[a], offsets[a] + workload.sizes[a]) for a in workload.cliques[i]]
+    return [pt[offsets[a] : offsets[a] + workload.sizes[a]] for a in workload.cliques[i]]
 
 
 def _span(workload: MarginalWorkload, i: int) -> slice:
@@ -74,14 +72,6 @@ def _layout(blocks: list[Array]) -> tuple[int, list[Array]]:
     return last, [b for a, b in enumerate(blocks) if a != last]
 
 
-def _head(head_blocks: list[Array]) -> Array:
-    """(prod sizes, rows) the row-wise outer product of the head blocks."""
-    head = head_blocks[0]
-    for block in head_blocks[1:]:
-        head = (head[:, None, :] * block[None, :, :]).reshape(-1, head.shape[1])
-    return head
-
-
 def _outer_sums(blocks: list[Array]) -> tuple[Array, Array | None]:
     """(cells,) the sums over rows of the outer product of `blocks` ((size_a, rows) each: rows
     last, XLA:CPU's fast matmul layout), raveled row-major in the blocks' order: one marginal's
@@ -89,15 +79,19 @@ def _outer_sums(blocks: list[Array]) -> tuple[Array, Array | None]:
     if len(blocks) == 1:
         return jnp.sum(blocks[0], axis=1), None
     last, head_blocks = _layout(blocks)
-    head = _head(head_blocks)
-    sums = jax.lax.dot_general(head, blocks[last], (((1,), (1,)), ((), ())), precision=_HIGHEST)
+    head = functools.reduce(_khatri_rao, head_blocks)
     shape = [b.shape[0] for b in head_blocks] + [blocks[last].shape[0]]
-    return jnp.moveaxis(sums.reshape(shape), -1, last).reshape(-1), head
+    return jnp.moveaxis(_nt(head, blocks[last]).reshape(shape), -1, last).reshape(-1), head
 
 
 def _outer_sums_grads(blocks: list[Array], head: Array | None, d_sums: Array) -> list[Array]:
     """The gradient of <d_sums, _outer_sums(blocks)> with respect to each block: two matmuls with
-    the head, then each head block's share of the head's gradient."""
+    the forward pass's head, then each head block's share of the head's gradient.
+
+    The pivot kernel's `_trilinear` has the same algebra for three blocks, but under `jax.vjp`
+    it recomputes the head and reduces by multiply-and-sum: 1.4-1.5x slower a step on 14-attribute
+    ADULT (50 and 364 marginals measured, one run, 2-core CPU).
+    """
     rows = blocks[0].shape[1]
     if len(blocks) == 1:
         return [jnp.broadcast_to(d_sums[:, None], (d_sums.shape[0], rows))]
@@ -105,8 +99,7 @@ def _outer_sums_grads(blocks: list[Array], head: Array | None, d_sums: Array) ->
     shape = [b.shape[0] for b in blocks]
     d = jnp.moveaxis(d_sums.reshape(shape), last, -1).reshape(head.shape[0], shape[last])
     d_last = jax.lax.dot_general(d, head, (((0,), (0,)), ((), ())), precision=_HIGHEST)
-    d_head = jax.lax.dot_general(d, blocks[last], (((1,), (0,)), ((), ())), precision=_HIGHEST)
-    d_head = d_head.reshape([b.shape[0] for b in head_blocks] + [rows])
+    d_head = _nn(d, blocks[last]).reshape([b.shape[0] for b in head_blocks] + [rows])
     letters = "abcdefghijklmnopqrstuvwxyz"[: len(head_blocks)]
     d_heads = []
     for m in range(len(head_blocks)):
@@ -120,8 +113,10 @@ def _outer_sums_grads(blocks: list[Array], head: Array | None, d_sums: Array) ->
 
 
 def _marginal_loss(blocks: list[Array], targets: Array, weights: Array) -> Array:
-    rows = blocks[0].shape[1]
-    return jnp.sum(weights * (_outer_sums(blocks)[0] / rows - targets) ** 2)
+    """Weights may be a bool mask (RAP's): it is cast here and in the backward pass, inside the
+    marginal's branch, so no float copy of the whole workload's mask is made at every step."""
+    sums, _ = _outer_sums(blocks)
+    return jnp.sum(weights.astype(sums.dtype) * (sums / blocks[0].shape[1] - targets) ** 2)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -131,7 +126,7 @@ def squared_error(workload: MarginalWorkload, probs: Array, targets: Array, weig
     Args:
         workload: the marginals (static).
         probs: (rows, sum(sizes)) the relaxed rows (per-attribute probability blocks).
-        targets, weights: (n_queries,) in the workload's flat order.
+        targets, weights: (n_queries,) in the workload's flat order (weights float, or a bool mask).
         active: (n_marginals,) bool; an inactive marginal adds nothing (`active_marginals` of the
             cells with nonzero weight gives the same sum as the dense kernel).
 
@@ -143,8 +138,7 @@ def squared_error(workload: MarginalWorkload, probs: Array, targets: Array, weig
         span = _span(workload, i)
 
         def term(i=i, span=span):
-            blocks = [pt[cols] for cols in _columns(workload, i)]
-            return _marginal_loss(blocks, targets[span], weights[span])
+            return _marginal_loss(_blocks(pt, workload, i), targets[span], weights[span])
 
         total = total + jax.lax.cond(active[i], term, lambda: jnp.zeros((), probs.dtype))
     return total
@@ -163,12 +157,12 @@ def _squared_error_bwd(workload, residuals, g):
     grads = [jnp.zeros((size, pt.shape[1]), pt.dtype) for size in workload.sizes]
     for i in range(len(workload)):
         span, clique = _span(workload, i), workload.cliques[i]
-        blocks = [pt[cols] for cols in _columns(workload, i)]
+        blocks = _blocks(pt, workload, i)
 
         def term(acc, blocks=blocks, span=span):
             sums, head = _outer_sums(blocks)
             rows = pt.shape[1]
-            d_sums = (2.0 * g / rows) * weights[span] * (sums / rows - targets[span])
+            d_sums = (2.0 * g / rows) * weights[span].astype(sums.dtype) * (sums / rows - targets[span])
             return [a + d for a, d in zip(acc, _outer_sums_grads(blocks, head, d_sums), strict=True)]
 
         updated = jax.lax.cond(active[i], term, lambda acc: acc, [grads[a] for a in clique])
@@ -200,9 +194,7 @@ def largest_errors(
         span, take = _span(workload, i), min(k, workload.cells[i])
 
         def top(i=i, span=span, take=take):
-            error = jnp.abs(
-                _outer_sums([pt[cols] for cols in _columns(workload, i)])[0] / pt.shape[1] - targets[span]
-            )
+            error = jnp.abs(_outer_sums(_blocks(pt, workload, i))[0] / pt.shape[1] - targets[span])
             value, index = jax.lax.top_k(jnp.where(mask[span] & (error >= floor), error, -1.0), take)
             return value, index + span.start
 
@@ -211,6 +203,6 @@ def largest_errors(
 
         value, index = jax.lax.cond(active[i], top, none)
         values.append(value)
-        indices.append(index.astype(jnp.int32))
+        indices.append(index)
     value, pick = jax.lax.top_k(jnp.concatenate(values), k)
     return value, jnp.concatenate(indices)[pick]
