@@ -39,7 +39,7 @@ import numpy as np
 from _common import environment
 
 import jaxdp
-from jaxdp.domain import Categorical, Dataset, Domain
+from jaxdp.domain import Categorical, Dataset, Domain, load_domain
 from jaxdp.mechanisms import rap_plus as rp
 from jaxdp.queries import (
     from_cliques,
@@ -110,7 +110,7 @@ def main() -> int:
     if not RAW.is_dir():
         print(f"skipped: raw Adult not found at {RAW} (needs ../shared next to the repository)")
         return 0
-    domain = Domain.load(SCHEMA)
+    domain = load_domain(SCHEMA)
     train = jaxdp.read_csv(RAW / "train.csv", domain)
     test = jaxdp.read_csv(RAW / "test.csv", domain)
     target = domain.target

@@ -12,7 +12,7 @@ from jaxdp._version import __version__
 from jaxdp.accounting import BudgetExceededError, Plan
 from jaxdp.api import MechanismSpec, Result, register, synthesize
 from jaxdp.checkpoint import Checkpoint, CheckpointError
-from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_csv, write_csv
+from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, load_domain, read_csv, write_csv
 from jaxdp.evaluate import answer_errors, workload_errors
 from jaxdp.keys import key_file, secure_root_key
 from jaxdp.ledger import AuditError, LedgerEntry, rho_spent
@@ -39,6 +39,7 @@ from jaxdp.mechanisms import (
     rap_plus_plus,
     rap_softmax,
 )
+from jaxdp.models import Model, ModelFileError, load_model, model
 from jaxdp.types import Neighboring, Sensitive
 
 # Silent unless the application configures logging (the command line does: progress on stderr).
@@ -58,6 +59,8 @@ __all__ = [
     "LedgerEntry",
     "ManyResult",
     "MechanismSpec",
+    "Model",
+    "ModelFileError",
     "Neighboring",
     "Numeric",
     "Plan",
@@ -82,7 +85,10 @@ __all__ = [
     "jit_step",
     "key_file",
     "keys",
+    "load_domain",
+    "load_model",
     "measurement",
+    "model",
     "mst",
     "mwem",
     "noise",

@@ -14,6 +14,10 @@ class Compiler:
     """Compiled programs by signature, each compiled once while it is kept, in submission order.
     Safe to call from several threads.
 
+    It offers no way to ask whether a program is compiled already: a choice of program made on
+    that would depend on what ran before in the process, and two programs of one computation
+    may round differently (DESIGN.md's determinism rule).
+
     Args:
         name: the compiling thread's name (it shows in profiles and thread dumps).
         capacity: programs kept at most (the least recently asked for go first); None keeps all.
@@ -36,8 +40,3 @@ class Compiler:
             if self._capacity is not None and len(self._programs) > self._capacity:
                 del self._programs[next(iter(self._programs))]
         return future.result() if wait else None
-
-    def __contains__(self, signature: Hashable) -> bool:
-        """Whether the program of `signature` is compiled or compiling."""
-        with self._lock:
-            return signature in self._programs

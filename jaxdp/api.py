@@ -25,7 +25,7 @@ from jax.sharding import Mesh
 from jaxdp.binning import DEFAULT_BINNING_SHARE
 from jaxdp.checkpoint import DEFAULT_EVERY, Checkpoint
 from jaxdp.domain import Dataset, Domain, RawTable, columns_like, is_arrow_table, is_dataframe, like
-from jaxdp.execution import FAST_RELEASE_ROWS, execute, progress_reporter
+from jaxdp.execution import execute, progress_reporter
 from jaxdp.inputs import (
     Inputs,
     as_dataset,
@@ -49,6 +49,7 @@ from jaxdp.mechanisms.registry import (
     register,
 )
 from jaxdp.queries import MarginalWorkload, spans_processes
+from jaxdp.releasing import FAST_RELEASE_ROWS
 from jaxdp.report import Result, answers_table, noise_name, release_errors
 from jaxdp.types import Key, Neighboring
 

@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import importlib
-import json
 import os
 import zipfile
 from collections.abc import Mapping
@@ -38,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._io import TEMPORARY_SUFFIX, atomic_open
+from jaxdp._serial import decode, digest, encode, read_zip, write_zip
 from jaxdp._version import __version__
 from jaxdp.keys import Stream, stream_key
 from jaxdp.types import Key
@@ -55,8 +52,6 @@ FILE = "checkpoint.npz"
 LOCK = "checkpoint.lock"
 FORMAT = 1
 DEFAULT_EVERY = 10
-# NamedTuple types a checkpoint may name: read back by import, so only from these packages.
-_TRUSTED_MODULES = ("jaxdp", "optax", "flax")
 
 
 class CheckpointError(ValueError):
@@ -71,22 +66,6 @@ class Saved:
     rounds_done: int
     state: Any
     info: Any
-
-
-def digest(*parts: Any) -> str:
-    """A SHA-256 hex digest of arrays (dtype, shape and bytes), strings, bytes and JSON values."""
-    h = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, np.ndarray | jax.Array):
-            array = np.asarray(part)
-            h.update(f"array {array.dtype.str} {array.shape}|".encode())
-            h.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8))  # C order, no copy
-        elif isinstance(part, bytes):
-            h.update(b"bytes %d|" % len(part) + part)
-        else:
-            text = part if isinstance(part, str) else json.dumps(part, sort_keys=True, default=repr)
-            h.update(b"text %d|" % len(text.encode()) + text.encode())
-    return h.hexdigest()
 
 
 def key_fingerprint(key: Key) -> str:
@@ -205,14 +184,11 @@ class Checkpoint:
             "jaxdp_version": __version__,
             "fingerprint": self.fingerprint,
             "rounds_done": int(rounds_done),
-            "state": _encode(state, arrays),
-            "info": _encode(info, arrays),
+            "state": encode(state, arrays),
+            "info": encode(info, arrays),
         }
-        members = {"manifest": np.frombuffer(json.dumps(manifest).encode(), np.uint8)}
-        members.update({f"array{i}": a for i, a in enumerate(arrays)})
-        members["checksum"] = np.frombuffer(_checksum(members).encode(), np.uint8)
         with atomic_open(self.path, "wb") as fh:
-            np.savez(fh, **members)
+            write_zip(fh, manifest, arrays)
 
     def load(self) -> Saved | None:
         """The checkpoint in the directory, None if there is none.
@@ -239,7 +215,7 @@ class Checkpoint:
                 "(a key that made a release must not make another: start afresh with a new key)"
             )
         try:
-            state, info = _decode(manifest["state"], arrays), _decode(manifest["info"], arrays)
+            state, info = decode(manifest["state"], arrays), decode(manifest["info"], arrays)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, ImportError) as err:
             raise CheckpointError(
                 f"checkpoint {shown!r} holds a state this version cannot read: {err}"
@@ -253,7 +229,7 @@ class Checkpoint:
         """The manifest and arrays of the file, checked for integrity and shape."""
         try:
             with open(self.path, "rb") as fh:
-                members = _members(fh)
+                manifest, arrays = read_zip(fh)
         except OSError as err:
             raise CheckpointError(f"cannot read checkpoint {shown!r}: {err.strerror or err}") from None
         except (EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile, UnicodeDecodeError):
@@ -264,18 +240,12 @@ class Checkpoint:
                 else "truncated, or not a checkpoint"
             )
             raise CheckpointError(f"checkpoint {shown!r} is {what}; delete it to start afresh") from None
-        try:
-            manifest = json.loads(members.pop("manifest").tobytes().decode())
-            arrays = [members.pop(f"array{i}") for i in range(len(members))]
-            valid = (
-                isinstance(manifest, dict)
-                and isinstance(manifest.get("fingerprint"), dict)
-                and all(isinstance(v, str) for v in manifest["fingerprint"].values())
-                and type(manifest.get("rounds_done")) is int
-                and {"state", "info"} <= manifest.keys()
-            )
-        except (KeyError, ValueError, UnicodeDecodeError):
-            valid = False
+        valid = (
+            isinstance(manifest.get("fingerprint"), dict)
+            and all(isinstance(v, str) for v in manifest["fingerprint"].values())
+            and type(manifest.get("rounds_done")) is int
+            and {"state", "info"} <= manifest.keys()
+        )
         if not valid:
             raise CheckpointError(
                 f"checkpoint {shown!r} is not a checkpoint jaxdp wrote; delete it to start afresh"
@@ -294,91 +264,6 @@ class Checkpoint:
             self.directory.rmdir()
 
 
-def _members(fh) -> dict[str, np.ndarray]:
-    """The zip's arrays by name, after their checksum is verified (ValueError if it fails)."""
-    with np.load(fh, allow_pickle=False) as npz:
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("not a zip of arrays")
-        members = {name: npz[name] for name in npz.files}
-    if members.pop("checksum").tobytes().decode() != _checksum(members):
-        raise ValueError("checksum")
-    return members
-
-
 def _differences(saved: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
     names = list(dict.fromkeys([*current, *saved]))
     return [name.replace("_", " ") for name in names if saved.get(name) != current.get(name)]
-
-
-def _checksum(members: Mapping[str, np.ndarray]) -> str:
-    return digest(*members, *members.values())
-
-
-# -- the state as JSON and arrays -------------------------------------------------------------------
-# A state is a tree of NamedTuples, tuples, lists, dicts with string keys, None, Python and NumPy
-# scalars and arrays (a Python-loop mechanism's state may change its structure from round to round,
-# so there is no template to read it back into). Types are kept exactly: a NumPy float64 and a
-# Python float round differently against float32 arrays.
-
-
-def _encode(node: Any, arrays: list[np.ndarray]) -> Any:
-    if node is None or isinstance(node, bool | str):
-        return node
-    if isinstance(node, int | float) and not isinstance(node, np.generic):
-        return {"int": node} if isinstance(node, int) else {"float": node}
-    if isinstance(node, np.ndarray | np.generic | jax.Array):
-        dtype = getattr(node, "dtype", None)
-        if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-            raise TypeError("a state or Info holds a PRNG key: keys are never stored in a checkpoint")
-        array = np.asarray(node)
-        kind = "jax" if isinstance(node, jax.Array) else "scalar" if isinstance(node, np.generic) else "numpy"
-        arrays.append(np.ascontiguousarray(array.reshape(-1)).view(np.uint8))
-        return {kind: len(arrays) - 1, "dtype": array.dtype.name, "shape": list(array.shape)}
-    if isinstance(node, tuple) and hasattr(node, "_fields"):
-        cls = type(node)
-        return {
-            "namedtuple": f"{cls.__module__}:{cls.__qualname__}",
-            "fields": [_encode(x, arrays) for x in node],
-        }
-    if isinstance(node, tuple | list):
-        return {type(node).__name__: [_encode(x, arrays) for x in node]}
-    if isinstance(node, dict) and all(isinstance(k, str) for k in node):
-        return {"dict": [[k, _encode(v, arrays)] for k, v in node.items()]}
-    raise TypeError(f"cannot checkpoint a state holding a {type(node).__module__}.{type(node).__qualname__}")
-
-
-def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
-    if node is None or isinstance(node, bool | str):
-        return node
-    (kind, value), *rest = node.items()
-    if kind == "int":
-        return int(value)
-    if kind == "float":
-        return float(value)
-    if kind in ("jax", "numpy", "scalar"):
-        extra = dict(rest)
-        array = arrays[value].view(jnp.dtype(extra["dtype"])).reshape(extra["shape"])
-        if kind == "scalar":
-            return array[()]
-        return jnp.asarray(array) if kind == "jax" else array.copy()
-    if kind == "namedtuple":
-        return _namedtuple(value)(*(_decode(x, arrays) for x in dict(rest)["fields"]))
-    if kind in ("tuple", "list"):
-        items = [_decode(x, arrays) for x in value]
-        return tuple(items) if kind == "tuple" else items
-    if kind == "dict":
-        return {k: _decode(v, arrays) for k, v in value}
-    raise ValueError(f"unknown node {kind!r}")
-
-
-def _namedtuple(name: str) -> type:
-    """The NamedTuple class `module:qualname`, imported only from the trusted packages."""
-    module, _, qualname = name.partition(":")
-    if module.split(".")[0] not in _TRUSTED_MODULES:
-        raise ValueError(f"untrusted type {name!r}")
-    cls: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
-    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
-        raise ValueError(f"{name!r} is not a NamedTuple")
-    return cls

@@ -36,6 +36,7 @@ from jaxdp.domain import (
     RawTable,
     TableSchema,
     load_declaration,
+    load_domain,
     read_csv,
     read_table,
     write_columns,
@@ -428,11 +429,11 @@ def _evaluate(args: argparse.Namespace) -> None:
         if args.real is not None:
             raise CLIError("give --real or --dataset, not both")
         real = datasets.load(args.dataset)
-        domain = real.domain if args.domain is None else Domain.load(args.domain)
+        domain = real.domain if args.domain is None else load_domain(args.domain)
     else:
         if args.real is None or args.domain is None:
             raise CLIError("evaluate needs --real FILE with --domain FILE (or --dataset NAME)")
-        domain = Domain.load(args.domain)
+        domain = load_domain(args.domain)
         real = read_csv(args.real, domain)
     synthetic = read_csv(args.synth, domain)
     workload = _workload(args.workload, domain)

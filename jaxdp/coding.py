@@ -22,6 +22,7 @@ nothing, and places values where the data is within wide bins.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -135,13 +136,34 @@ class TableCoding:
             values = np.stack([numeric[a.name] for a in domain.numeric], axis=1).astype(np.float32)
         return Dataset(domain, codes, values)
 
-    def decode(self, synthetic: Dataset, key: Key) -> RawTable:
+    def range_shares(self, name: str, lower: float, upper: float) -> np.ndarray:
+        """(codes,) float64 for a binned numeric column: each bin's probability that the value
+        `decode` draws within it lies in [lower, upper] (0 for the empty bin of a nullable
+        column): what conditioning a release on that range weighs each bin by."""
+        column = self.schema[name]
+        cuts = self.cuts[name]
+        fine = self.fine.get(name)
+        shares = np.clip(
+            _bin_cdf(column, cuts, fine, upper, inclusive=True)
+            - _bin_cdf(column, cuts, fine, lower, inclusive=False),
+            0.0,
+            1.0,
+        )
+        return np.append(shares, 0.0) if column.nullable else shares
+
+    def decode(
+        self, synthetic: Dataset, key: Key, ranges: Mapping[str, tuple[float, float]] | None = None
+    ) -> RawTable:
         """The release in the schema's columns: labels or codes, original units, empty cells.
 
         Args:
             synthetic: released records over `self.domain`.
             key: the decoding key (`jaxdp.keys.decode_key(root)`); column j draws its values
                 within bins with fold_in(key, j).
+            ranges: binned numeric columns whose values must lie in a closed range (a release
+                conditioned on it: every record's bin has a positive `range_shares`): each
+                value is drawn from its bin's distribution restricted to the range, by the
+                same draw mapped into the range's part of the bin's CDF.
 
         Privacy:
             Post-processing of the release with public parameters and a release-stream key.
@@ -167,9 +189,21 @@ class TableCoding:
                 values[c.name] = out
             else:
                 uniform = np.asarray(jax.random.uniform(jax.random.fold_in(key, j), (len(synthetic),)))
-                values[c.name] = _within_bins(
-                    c, self.cuts[c.name], cat[c.name], uniform.astype(np.float64), self.fine.get(c.name)
-                )
+                uniform = uniform.astype(np.float64)
+                cuts, fine, bins = self.cuts[c.name], self.fine.get(c.name), cat[c.name]
+                if ranges and c.name in ranges:
+                    lower, upper = ranges[c.name]
+                    index = np.minimum(bins, len(cuts))  # the empty bin's records keep NaN below
+                    start = _bin_cdf(c, cuts, fine, lower, inclusive=False)[index]
+                    end = _bin_cdf(c, cuts, fine, upper, inclusive=True)[index]
+                    uniform = start + uniform * np.maximum(end - start, 0.0)
+                out = _within_bins(c, cuts, bins, uniform, fine)
+                if ranges and c.name in ranges:
+                    lower, upper = ranges[c.name]
+                    if c.integer:
+                        lower, upper = math.ceil(lower), math.floor(upper)
+                    out = np.clip(out, lower, upper)  # the CDF's rounding at the range's ends
+                values[c.name] = out
         return RawTable(self.schema, codes, values)
 
     def describe(self) -> dict[str, Any]:
@@ -222,13 +256,7 @@ def _within_bins(
         starts, ends = _bin_bounds(column, cuts)
         out = _inside(column, starts[index], ends[index], uniform)
         return np.where(empty, np.nan, out)
-    starts, ends = _bin_bounds(column, fine_cuts(column))
-    width = fine_widths(column)
-    cell_bin = fine_cell_bins(column, cuts)
-    weights = np.asarray(fine_weights, np.float64)
-    per_bin = np.bincount(cell_bin, weights=weights, minlength=k)
-    mass = np.where(per_bin[cell_bin] > 0, weights, width)
-    share = mass / np.bincount(cell_bin, weights=mass, minlength=k)[cell_bin]
+    starts, ends, cell_bin, share = _cells(column, cuts, fine_weights)
     # the within-bin CDF's upper end of each cell, offset by its bin: increasing over all cells
     upper = np.concatenate([np.cumsum(share[cell_bin == b]) for b in range(k)])
     cell = np.searchsorted(cell_bin + upper, index + uniform, side="right")
@@ -241,6 +269,42 @@ def _within_bins(
     )
     out = _inside(column, starts[cell], ends[cell], within)
     return np.where(empty, np.nan, out)
+
+
+def _cells(
+    column: NumericColumn, cuts: np.ndarray, fine_weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, bin, share): the pieces `_within_bins` draws a bin's values from, in value
+    order (the bins themselves, or with `fine_weights` the fine cells), each piece's bin and its
+    share of the bin (the pieces of a bin sum to 1; values are uniform within a piece)."""
+    k = len(cuts) + 1
+    if fine_weights is None:
+        starts, ends = _bin_bounds(column, cuts)
+        return starts, ends, np.arange(k), np.ones(k)
+    starts, ends = _bin_bounds(column, fine_cuts(column))
+    width = fine_widths(column)
+    cell_bin = fine_cell_bins(column, cuts)
+    weights = np.asarray(fine_weights, np.float64)
+    per_bin = np.bincount(cell_bin, weights=weights, minlength=k)
+    mass = np.where(per_bin[cell_bin] > 0, weights, width)
+    share = mass / np.bincount(cell_bin, weights=mass, minlength=k)[cell_bin]
+    return starts, ends, cell_bin, share
+
+
+def _bin_cdf(
+    column: NumericColumn, cuts: np.ndarray, fine_weights: np.ndarray | None, x: float, *, inclusive: bool
+) -> np.ndarray:
+    """(bins,) each bin's probability that `_within_bins` draws a value below x (at most x when
+    `inclusive`): the within-bin CDF its draws invert, at x."""
+    starts, ends, cell_bin, share = _cells(column, cuts, fine_weights)
+    if column.integer:  # whole numbers start..end, drawn uniformly
+        count = np.maximum(ends - starts + 1, 0.0)
+        below = (math.floor(x) - starts + 1) if inclusive else (math.ceil(x) - starts)
+        part = np.clip(below, 0.0, count) / np.where(count > 0, count, 1.0)
+    else:
+        width = ends - starts
+        part = np.clip((x - starts) / np.where(width > 0, width, 1.0), 0.0, 1.0)
+    return np.bincount(cell_bin, weights=share * part, minlength=len(cuts) + 1)
 
 
 def _bin_bounds(column: NumericColumn, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

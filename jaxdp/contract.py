@@ -25,19 +25,21 @@ and, optionally,
 
 `check_mechanism` tells a user's mechanism what it lacks, by name, before anything runs;
 `jittable`, `releases`, `compiled_release`, `finished` and `realised_plan` below are the only
-readers of the optional members.
+readers of the optional members. `public_mechanism` is the mechanism as a user may keep it
+(`jaxdp.Result.mechanism`): its settings and plan, none of its private inputs.
 docs/architecture.md describes the contract with the rest of the house.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np
 
 from jaxdp.accounting import Plan
-from jaxdp.types import Charge, Key, Neighboring
+from jaxdp.types import Charge, Key, Neighboring, withhold
 
 
 @runtime_checkable
@@ -169,3 +171,21 @@ def realised_plan(mechanism: Mechanism, state: Any) -> Plan:
     """The plan a run is audited against: the factory's fixed plan, or, for a mechanism with a
     privacy filter, the charges it decided on during the run (each within the budget)."""
     return mechanism.realised_plan(state) if hasattr(mechanism, "realised_plan") else mechanism.plan
+
+
+def public_mechanism(mechanism: Mechanism) -> Mechanism:
+    """The mechanism with nothing private left in it: every `Sensitive` input `Withheld`, and
+    under add-remove (where n is private) its record count removed (None).
+
+    What it keeps (settings, plan, workload, the family and rule bound to the domain) reads the
+    released state as before: answers, default rows, compression and error bounds; running it
+    raises, naming the withheld input.
+
+    Privacy:
+        Safe to keep and pickle with the release: it holds only the public settings and plan.
+    """
+    public = withhold(mechanism)
+    add_remove = getattr(mechanism, "relation", None) is Neighboring.ADD_REMOVE
+    if add_remove and dataclasses.is_dataclass(public) and hasattr(public, "n_records"):
+        public = dataclasses.replace(public, n_records=None)
+    return public

@@ -24,8 +24,10 @@ from jaxdp.domain import (
     Domain,
     RawTable,
     TableSchema,
+    domain_from_schema,
     is_table_schema,
     load_declaration,
+    load_domain,
     table_from,
 )
 from jaxdp.keys import decode_key, require_key
@@ -41,9 +43,9 @@ def as_domain(schema: Domain | Mapping[str, Any] | str | os.PathLike) -> Domain:
     if isinstance(schema, Domain):
         return schema
     if isinstance(schema, Mapping):
-        return Domain.from_schema(schema) if "columns" in schema else Domain.from_sizes(schema)
+        return domain_from_schema(schema) if "columns" in schema else Domain.from_sizes(schema)
     if isinstance(schema, str | os.PathLike):
-        return Domain.load(schema)
+        return load_domain(schema)
     raise TypeError(
         f"schema must be a jaxdp.Domain, a dict or a JSON file path, got {type(schema).__name__}; "
         "the domain is always declared, never read from the data"
@@ -95,7 +97,7 @@ def workload_from_spec(spec: str | MarginalWorkload | list, domain: Domain) -> M
         except DataError as err:
             raise DataError(f"workload {spec!r}: {err}") from None
     try:
-        marginals = json.loads(Path(spec).read_text())
+        marginals = json.loads(Path(spec).read_text(encoding="utf-8-sig"))
     except (OSError, ValueError) as err:
         raise ValueError(f"workload: cannot read {spec!r}: {type(err).__name__}") from None
     if not isinstance(marginals, list) or not all(isinstance(m, list) for m in marginals):
@@ -207,8 +209,9 @@ def finish(result: Result, inputs: Inputs, key: Key) -> Result:
     data = result.data
     if result.synthetic is not None:
         data = prepared.coding.decode(result.synthetic, decode_key(require_key(key)))
+    model = result.model.with_release(report=report, ledger=ledger, coding=prepared.coding)
     return dataclasses.replace(
-        result, data=data, report=report, ledger=ledger, plan=plan, coding=prepared.coding
+        result, data=data, report=report, ledger=ledger, plan=plan, coding=prepared.coding, model=model
     )
 
 

@@ -39,12 +39,15 @@ class Result:
         error_bounds: the mechanism's uncertainty quantification, or None if it has none.
         synthetic: the synthetic records as a `Dataset` (None for answer releases).
         answers: the released noisy answers (None for record releases).
-        mechanism: the built mechanism (its plan, workload and settings).
+        mechanism: the built mechanism's public part (`jaxdp.contract.public_mechanism`): its
+            plan, workload and settings, its private inputs withheld; it cannot run again.
         state: its final state.
         plan: the release's plan, which its ledger was audited against: the budget, the
             preprocessing's charges (private binning) and the mechanism's.
         coding: how a table schema's columns were coded for the mechanism (None for inputs
             already coded: a `Dataset`, a sizes-form domain).
+        model: the release's model (`jaxdp.models.Model`): what it released, to sample again,
+            condition, query, judge and save (no private value in it).
     """
 
     data: Any
@@ -57,6 +60,7 @@ class Result:
     state: Any = dataclasses.field(default=None, repr=False)
     plan: Plan | None = dataclasses.field(default=None, repr=False)
     coding: TableCoding | None = dataclasses.field(default=None, repr=False)
+    model: Any = dataclasses.field(default=None, repr=False)
 
 
 def privacy_report(

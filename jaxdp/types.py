@@ -4,7 +4,12 @@ primitives' `Charge` (the mechanism contract is `jaxdp.contract`).
 `Sensitive` marks a value computed from the private data. It is a pytree whose only leaf is the
 value, so `jax.jit` receives it as an argument and never bakes it into a compiled program as a
 constant. Code outside `jaxdp.noise` may transform a sensitive value (`.map`) but cannot read it:
-the result stays `Sensitive` until a noise primitive releases it.
+the result stays `Sensitive` until a noise primitive releases it. It cannot leave the process by
+accident either: it refuses to be pickled, converted to an array, branched on or shown.
+
+What is handed back to a user (`jaxdp.Result`) holds `Withheld` in its place (`withhold`): the
+value's shapes and nothing else, so the mechanism's settings, plan and post-processing stay
+usable and any attempt to spend privacy on it fails with a message that says why.
 """
 
 from __future__ import annotations
@@ -76,6 +81,87 @@ class Sensitive:
 
     def __bool__(self):
         raise TypeError("a Sensitive value cannot be branched on; release it via jaxdp.noise")
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(
+            "a Sensitive value (computed from the private table) cannot be pickled: keep the release "
+            "(a Result: its mechanism is already the public part) or "
+            "jaxdp.contract.public_mechanism(mechanism), which keeps the settings and plan only"
+        )
+
+    def __deepcopy__(self, memo):
+        # a copy in memory stays in the process (pickling, which `copy` falls back on, refuses)
+        return type(self)(self._value)
+
+
+def _public_shapes(value: Any) -> tuple[tuple[tuple[int, ...], str], ...]:
+    """The public (shape, dtype) of each array of a pytree (hashable, JSON-able)."""
+    return tuple(
+        (tuple(int(d) for d in getattr(a, "shape", ())), str(getattr(a, "dtype", type(a).__name__)))
+        for a in jax.tree_util.tree_leaves(value)
+    )
+
+
+@jax.tree_util.register_pytree_node_class
+class Withheld(Sensitive):
+    """Where a `Sensitive` value was, in what a user is handed: its shapes, never its value.
+
+    `map` gives `Withheld` again (a transform of nothing is nothing), so post-processing that
+    only passes the private value along still runs; a noise primitive refuses it (`_value`).
+    It has no leaves: a mechanism holding it pickles and compiles with no private input.
+    """
+
+    __slots__ = ("shapes",)
+
+    def __init__(self, shapes: tuple):  # not Sensitive's: there is no value to store
+        self.shapes = tuple((tuple(shape), str(dtype)) for shape, dtype in shapes)
+
+    @classmethod
+    def of(cls, value: Sensitive) -> Withheld:
+        return value if isinstance(value, Withheld) else cls(_public_shapes(value._value))
+
+    @property
+    def _value(self):
+        raise TypeError(
+            "this private input was withheld: a mechanism handed back by jaxdp (Result.mechanism) "
+            "keeps its settings and plan but not the table; build it again from the data to run it"
+        )
+
+    def map(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Withheld:
+        del fn, args, kwargs
+        return Withheld(())
+
+    def tree_flatten(self):
+        return (), self.shapes
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        del children
+        return cls(aux)
+
+    def __repr__(self) -> str:
+        return "Withheld(<private input not kept>)"
+
+    def __reduce_ex__(self, protocol):
+        return (Withheld, (self.shapes,))
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def withhold(tree: T) -> T:
+    """`tree` with every `Sensitive` value in it replaced by `Withheld` (its shapes only).
+
+    Privacy:
+        The result holds no value computed from the private data through a `Sensitive` leaf;
+        static settings are kept as they are (the mechanisms keep none that is private but the
+        record count under add-remove, which `jaxdp.contract.public_mechanism` removes).
+    """
+    return jax.tree_util.tree_map(
+        lambda x: Withheld.of(x) if isinstance(x, Sensitive) else x,
+        tree,
+        is_leaf=lambda x: isinstance(x, Sensitive),
+    )
 
 
 def static_field(**kwargs: Any) -> Any:

@@ -23,7 +23,7 @@ import numpy as np
 from jax._src.interpreters import pxla  # the one call every jit lowering goes through
 
 from jaxdp import _compile_cache, cli
-from jaxdp.domain import Domain, read_csv
+from jaxdp.domain import load_domain, read_csv
 from jaxdp.queries import all_kway, marginal_counts
 
 
@@ -68,7 +68,7 @@ def main(out_dir: str, jobs_path: str, bake: str | None) -> None:
     statuses = [cli.main(argv) for argv in json.loads(Path(jobs_path).read_text())]
     if bake is not None:
         _compile_cache.enable()  # as the CLI does: the baked program goes to the same cache
-        domain = Domain.load(Path(bake).with_suffix(".json"))
+        domain = load_domain(Path(bake).with_suffix(".json"))
         codes = read_csv(bake, domain).codes
         workload = all_kway(domain.sizes, 2)
         baked_records = jax.jit(lambda: marginal_counts(codes, workload, jax.numpy.int32))

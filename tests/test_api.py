@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import api, execution, loop
-from jaxdp.domain import DataError, Dataset, Domain
+from jaxdp import api, loop, releasing
+from jaxdp.domain import DataError, Dataset, domain_from_schema
 from jaxdp.queries import all_kway
 from jaxdp.tables import TableSchema
 
@@ -78,7 +78,7 @@ def test_dataframe_in_dataframe_out_with_labels_and_an_audited_report():
 def test_the_api_runs_exactly_the_functional_core():
     frame = _frame()
     result = _mwem(frame)
-    data = Dataset.from_columns(Domain.from_schema(SCHEMA), {c: frame[c].to_numpy() for c in frame})
+    data = Dataset.from_columns(domain_from_schema(SCHEMA), {c: frame[c].to_numpy() for c in frame})
     mech = jaxdp.mwem(data, all_kway(data.domain.sizes, 2), rounds=3, epsilon=1.0, delta=1e-9)
     run = jaxdp.run(mech, jax.random.key(3))
     codes = np.asarray(jaxdp.release(mech, run.state, jax.random.key(3)))
@@ -88,7 +88,7 @@ def test_the_api_runs_exactly_the_functional_core():
 
 def test_containers_mirror_the_input():
     frame = _frame()
-    domain = Domain.from_schema(SCHEMA)
+    domain = domain_from_schema(SCHEMA)
     from_frame = _mwem(frame).synthetic.codes
     as_dict = _mwem({c: frame[c].to_list() for c in frame})
     assert isinstance(as_dict.data, dict) and list(as_dict.data) == ["colour", "size", "flag"]
@@ -190,7 +190,7 @@ def test_progress_bar_when_tqdm_is_installed(capsys):
     assert "3/3" in capsys.readouterr().err
 
 
-def test_a_records_mesh_is_forwarded_or_refused():
+def test_a_records_mesh_is_forwarded_or_refused(monkeypatch):
     """On one device a one-device mesh runs the sharded counting path: the same release; a
     mechanism that cannot count over a mesh, or a mesh of the wrong shape, is refused."""
     from jax.sharding import Mesh
@@ -198,8 +198,14 @@ def test_a_records_mesh_is_forwarded_or_refused():
     from jaxdp.queries import records_mesh
 
     frame = _frame(n=301)
-    plain, meshed = _mwem(frame), _mwem(frame, mesh=records_mesh())
-    assert meshed.mechanism.classes[0].counts._value.sharding.mesh.axis_names == ("records",)
+    plain = _mwem(frame)
+    built, build = [], api.build
+    monkeypatch.setattr(
+        api, "build", lambda *args, **kwargs: built.append(build(*args, **kwargs)) or built[-1]
+    )
+    meshed = _mwem(frame, mesh=records_mesh())
+    # the built mechanism's counts live on the mesh (the Result keeps them withheld)
+    assert built[0].classes[0].counts._value.sharding.mesh.axis_names == ("records",)
     np.testing.assert_array_equal(meshed.synthetic.codes, plain.synthetic.codes)
     with pytest.raises(ValueError, match="'dualquery' does not count records over a mesh"):
         jaxdp.synthesize(
@@ -302,18 +308,18 @@ def test_small_releases_compile_for_a_short_run_and_large_ones_with_xla_defaults
 
     data = tiny_dataset()
     mech = jaxdp.pep(data, all_kway(data.domain.sizes, 2), rounds=3, epsilon=1.0, delta=1e-6)
-    assert execution._release_compiler(mech, None) is execution._release_fast_compiled  # n = len(data)
-    assert execution._release_compiler(mech, execution.FAST_RELEASE_ROWS) is execution._release_fast_compiled
-    assert execution._release_compiler(mech, execution.FAST_RELEASE_ROWS + 1) is execution._release_jit
+    assert releasing._release_compiler(mech, None) is releasing._release_fast_compiled  # n = len(data)
+    assert releasing._release_compiler(mech, releasing.FAST_RELEASE_ROWS) is releasing._release_fast_compiled
+    assert releasing._release_compiler(mech, releasing.FAST_RELEASE_ROWS + 1) is releasing._release_jit
     answers = jaxdp.gaussian(data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-6)
-    assert execution._release_compiler(answers, None) is execution._release_fast_compiled
-    fast = CallCounter(execution._release_fast_compiled)
-    monkeypatch.setattr(execution, "_release_fast_compiled", fast)
+    assert releasing._release_compiler(answers, None) is releasing._release_fast_compiled
+    fast = CallCounter(releasing._release_fast_compiled)
+    monkeypatch.setattr(releasing, "_release_fast_compiled", fast)
     key = jax.random.key(3)
     state = loop.run(mech, key).state
-    execution._released(mech, state, key, 17)  # compiled at the release, on the release thread
-    monkeypatch.setattr(execution, "_compiles_ahead", lambda mechanism: False)
-    execution._released(mech, state, key, 17)  # the plain path
+    releasing.released(mech, state, key, 17)  # compiled at the release, on the release thread
+    monkeypatch.setattr(releasing, "_compiles_ahead", lambda mechanism: False)
+    releasing.released(mech, state, key, 17)  # the plain path
     assert (fast.lowerings, fast.calls) == (1, 1)
 
 
@@ -327,17 +333,17 @@ def test_a_release_compiled_ahead_draws_what_the_release_draws():
     data = tiny_dataset()
     mech = jaxdp.pep(data, all_kway(data.domain.sizes, 2), rounds=3, epsilon=1.0, delta=1e-6)
     key = jax.random.key(7)
-    assert execution._release_ahead(mech, key, None)
+    assert releasing.release_ahead(mech, key, None)
     state = loop.run(mech, key).state
-    execution._release_program(mech, loop.state_shapes(mech, key), key, len(data))  # wait for it
+    releasing._release_program(mech, loop.state_shapes(mech, key), key, len(data))  # wait for it
     for rows, compiles in ((len(data), 0), (123, 1)):
         with programs_built() as built:
-            got = np.asarray(execution._released(mech, state, key, rows))
+            got = np.asarray(releasing.released(mech, state, key, rows))
         assert len(built) == compiles  # the program compiled ahead is the one used
         np.testing.assert_array_equal(got, np.asarray(loop.release(mech, state, key, rows=rows)))
         assert got.shape == (rows, len(data.domain.sizes))
     add_remove = jaxdp.independent(data, epsilon=1.0, delta=1e-6, relation="add-remove")
-    assert not execution._release_ahead(add_remove, key, None)  # its rows come from the noisy state
-    assert execution._release_ahead(add_remove, key, 50)
+    assert not releasing.release_ahead(add_remove, key, None)  # its rows come from the noisy state
+    assert releasing.release_ahead(add_remove, key, 50)
     # wait for it: a compile left running would write to the test cache after the test
-    execution._release_program(add_remove, loop.state_shapes(add_remove, key), key, 50)
+    releasing._release_program(add_remove, loop.state_shapes(add_remove, key), key, 50)

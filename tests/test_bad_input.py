@@ -67,7 +67,7 @@ def _write(tmp_path, header: str, rows: list[str]):
 def test_bad_table_python_api(tmp_path, header, rows, match):
     data, schema = _write(tmp_path, header, rows)
     with pytest.raises(DataError, match=match) as err:
-        jaxdp.read_csv(data, jaxdp.Domain.load(schema))
+        jaxdp.read_csv(data, jaxdp.load_domain(schema))
     assert SECRET not in str(err.value)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import _io, checkpoint, cli, loop
+from jaxdp import _io, _serial, checkpoint, cli, loop
 from jaxdp.checkpoint import Checkpoint, CheckpointError
 from jaxdp.domain import Dataset, Domain
 from jaxdp.queries import all_kway
@@ -66,7 +66,7 @@ def _same(x, y) -> None:
 def test_a_state_reads_back_with_its_exact_types(tmp_path, monkeypatch):
     from jaxdp.selection.annealed import Schedule
 
-    monkeypatch.setattr(checkpoint, "_TRUSTED_MODULES", (*checkpoint._TRUSTED_MODULES, "tests"))
+    monkeypatch.setattr(_serial, "TRUSTED_MODULES", (*_serial.TRUSTED_MODULES, "tests"))
 
     state = Node(
         a=(
@@ -106,7 +106,7 @@ def test_a_state_holding_a_key_or_an_unknown_type_is_never_written(tmp_path):
     with Checkpoint(tmp_path / "c") as store:
         with pytest.raises(TypeError, match="PRNG key"):
             store.save(1, Node(jax.random.key(0), None), ())
-        with pytest.raises(TypeError, match=r"cannot checkpoint a state holding a builtins\.set"):
+        with pytest.raises(TypeError, match=r"cannot write a builtins\.set"):
             store.save(1, Node({1, 2}, None), ())
         assert not store.path.exists()
 

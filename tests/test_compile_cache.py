@@ -10,17 +10,9 @@ process (`tests/_cache_probe.py`: `jaxdp.cli.main`, the cache on by default unde
    arguments, never as constants;
 2. every file of the cache directory after the jobs, decompressed as JAX wrote it.
 
-A needle is a window of 32 consecutive values of a private array (row-major and column-major; the
-whole array if it is shorter, down to 8 values), in each encoding a constant of it would take: raw
-little-endian int32, int64, uint8 and float32 (how NumPy constants and XLA's float literals are
-stored) and protobuf varints (how serialized HLO stores integer literals). Windows with fewer than
-4 distinct values are not used. A 32-value window of the planted records carries over 64 bits of
-their randomness, so a chance match in a few megabytes of programs has probability below 1e-12;
-the shortest needles (8 counts of about 67 +- 8, each value at most 5% likely) carry about 35
-bits, a chance match below 1e-4 per megabyte scanned; a false alarm is a failure to look into,
-never a missed leak. The
-negative control compiles programs that close over the planted records and over their true
-answers: both checks must find each.
+Needles are windows of the private arrays in every encoding a constant of them would take
+(`tests/_needles.py`). The negative control compiles programs that close over the planted records
+and over their true answers: both checks must find each.
 """
 
 from __future__ import annotations
@@ -38,12 +30,12 @@ import pytest
 from jax._src import compilation_cache  # how JAX compresses entries (zstd or zlib)
 
 from jaxdp import api
-from jaxdp.domain import Dataset, Domain, read_csv, write_csv
+from jaxdp.domain import Dataset, load_domain, read_csv, write_csv
 from jaxdp.types import Sensitive
+from tests._needles import found_in, marginal, needles
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {"a": 5, "b": 7, "c": 6, "d": 4, "e": 9}
-WINDOW = 32
 SEED = "3735928559"  # 0xDEADBEEF: a root key word no counter or size equals
 
 
@@ -54,7 +46,7 @@ def _planted(tmp: Path, *, mixed: bool = False) -> Path:
     if not mixed:
         codes = np.stack([rng.integers(0, s, 600) for s in SIZES.values()], axis=1).astype(np.int32)
         (tmp / "planted.json").write_text(json.dumps(SIZES))
-        write_csv(tmp / "planted.csv", Dataset.from_codes(Domain.load(tmp / "planted.json"), codes))
+        write_csv(tmp / "planted.csv", Dataset.from_codes(load_domain(tmp / "planted.json"), codes))
         return tmp / "planted.csv"
     schema = {
         "columns": {
@@ -80,48 +72,16 @@ def _planted(tmp: Path, *, mixed: bool = False) -> Path:
     return tmp / "planted.csv"
 
 
-def _varints(values: np.ndarray) -> bytes:
-    out = bytearray()
-    for value in values.tolist():
-        value %= 1 << 64  # protobuf writes a negative int32/int64 as its 64-bit two's complement
-        while True:
-            low, value = value & 0x7F, value >> 7
-            out.append(low | (0x80 if value else 0))
-            if not value:
-                break
-    return bytes(out)
-
-
-def _needles(array: np.ndarray) -> set[bytes]:
-    array = np.asarray(array)
-    flats = [array.ravel()] + ([array.T.ravel()] if array.ndim == 2 else [])
-    needles: set[bytes] = set()
-    for flat in flats:
-        width = min(WINDOW, flat.size)
-        if width < 8:
-            continue
-        for start in (0, (flat.size - width) // 2, flat.size - width):
-            window = flat[start : start + width]
-            if np.unique(window).size < 4:
-                continue
-            needles.add(window.astype("<f4").tobytes())
-            if np.issubdtype(window.dtype, np.integer):
-                needles |= {window.astype("<i4").tobytes(), window.astype("<i8").tobytes(), _varints(window)}
-                if window.min() >= 0 and window.max() < 256:
-                    needles.add(window.astype(np.uint8).tobytes())
-    return needles
-
-
 def _private_needles(csv: Path, jobs: list[list[str]]) -> dict[str, set[bytes]]:
     """Needles of the planted records, of their true counts and fractions on each job's workload,
     and of the `Sensitive` leaves of each job's mechanism built as the CLI builds it."""
-    domain = Domain.load(csv.with_suffix(".json"))
+    domain = load_domain(csv.with_suffix(".json"))
     data = read_csv(csv, domain)
-    needles = {"records": _needles(data.codes) | _needles(data.numeric), "answers": set(), "sensitive": set()}
+    private = {"records": needles(data.codes) | needles(data.numeric), "answers": set(), "sensitive": set()}
     for argv in jobs:
         workload = api.workload_from_spec(_option(argv, "--workload", "all-3way"), domain)
-        counts = np.concatenate([_marginal(data.codes, clique, domain.sizes) for clique in workload.cliques])
-        needles["answers"] |= _needles(counts) | _needles(counts.astype(np.float32) / np.float32(len(data)))
+        counts = np.concatenate([marginal(data.codes, clique, domain.sizes) for clique in workload.cliques])
+        private["answers"] |= needles(counts) | needles(counts.astype(np.float32) / np.float32(len(data)))
         if argv[0] == "synth":
             mech = api.build(
                 _option(argv, "--mechanism"),
@@ -134,13 +94,8 @@ def _private_needles(csv: Path, jobs: list[list[str]]) -> dict[str, set[bytes]]:
             for leaf in jax.tree_util.tree_leaves(mech, is_leaf=lambda x: isinstance(x, Sensitive)):
                 if isinstance(leaf, Sensitive):
                     for array in jax.tree_util.tree_leaves(leaf):
-                        needles["sensitive"] |= _needles(np.asarray(array))
-    return needles
-
-
-def _marginal(codes: np.ndarray, clique: tuple[int, ...], sizes: tuple[int, ...]) -> np.ndarray:
-    shape = tuple(sizes[a] for a in clique)
-    return np.bincount(np.ravel_multi_index(codes[:, clique].T, shape), minlength=int(np.prod(shape)))
+                        private["sensitive"] |= needles(np.asarray(array))
+    return private
 
 
 def _option(argv: list[str], name: str, default: str | None = None) -> str:
@@ -169,11 +124,6 @@ def _probe(tmp: Path, jobs: list[list[str]], *, bake: Path | None = None, env: d
     }
 
 
-def _found(needles: set[bytes], haystacks: dict[str, bytes] | list[bytes]) -> list[str]:
-    items = haystacks.items() if isinstance(haystacks, dict) else enumerate(haystacks)
-    return [str(name) for name, data in items if any(n in data for n in needles)]
-
-
 # AIM's filter needs at least one round per attribute of the workload.
 ROUNDS = {"aim": len(SIZES), "aim-gem": len(SIZES)}
 
@@ -198,7 +148,7 @@ def _public(tmp: Path) -> None:
     """A public table over the planted domain, drawn independently of the private one."""
     rng = np.random.default_rng(7)
     codes = np.stack([rng.integers(0, s, 200) for s in SIZES.values()], axis=1).astype(np.int32)
-    write_csv(tmp / "public.csv", Dataset.from_codes(Domain.load(tmp / "planted.json"), codes))
+    write_csv(tmp / "public.csv", Dataset.from_codes(load_domain(tmp / "planted.json"), codes))
 
 
 def _check_jobs(tmp: Path, mechanisms: list[str], *, mixed: bool = False) -> dict:
@@ -208,10 +158,10 @@ def _check_jobs(tmp: Path, mechanisms: list[str], *, mixed: bool = False) -> dic
     jobs = _jobs(csv, tmp, mechanisms)
     probe = _probe(tmp, jobs)
     assert probe["entries"], "the CLI wrote no program to its cache: the cache is not on by default"
-    for kind, needles in _private_needles(csv, jobs).items():
-        assert needles or kind == "sensitive", f"no {kind} needle: the check would pass vacuously"
-        assert _found(needles, probe["constants"]) == [], f"a lowered program holds private {kind}"
-        assert _found(needles, probe["entries"]) == [], f"a cached program holds private {kind}"
+    for kind, private in _private_needles(csv, jobs).items():
+        assert private or kind == "sensitive", f"no {kind} needle: the check would pass vacuously"
+        assert found_in(probe["constants"], private) == [], f"a lowered program holds private {kind}"
+        assert found_in(probe["entries"], private) == [], f"a cached program holds private {kind}"
     return probe
 
 
@@ -235,10 +185,12 @@ def test_programs_that_bake_the_table_or_its_answers_in_are_caught(tmp_path):
     """Negative control: the same checks find records, and true answers, that a program closes over."""
     csv = _planted(tmp_path)
     probe = _probe(tmp_path, [], bake=csv)
-    needles = _private_needles(csv, [["evaluate", "--workload", "all-2way"]])
+    private = _private_needles(csv, [["evaluate", "--workload", "all-2way"]])
     for kind in ("records", "answers"):
-        assert len(_found(needles[kind], probe["constants"])) == 1, f"the jaxpr check missed baked-in {kind}"
-        assert len(_found(needles[kind], probe["entries"])) == 1, f"the cache scan missed baked-in {kind}"
+        assert len(found_in(probe["constants"], private[kind])) == 1, (
+            f"the jaxpr check missed baked-in {kind}"
+        )
+        assert len(found_in(probe["entries"], private[kind])) == 1, f"the cache scan missed baked-in {kind}"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from jaxdp import datasets
+from jaxdp.domain import load_domain
 
 
 def test_adult_is_bundled():
@@ -20,10 +21,10 @@ def test_adult_reduced_is_enumerable():
 
 
 def test_bundled_adult_equals_the_shared_copy(shared_data):
-    from jaxdp.domain import Domain, read_csv
+    from jaxdp.domain import read_csv
 
     src = shared_data / "dp-query-release"
-    ref = read_csv(src / "adult.csv", Domain.load(src / "adult-domain.json"))
+    ref = read_csv(src / "adult.csv", load_domain(src / "adult-domain.json"))
     np.testing.assert_array_equal(ref.codes, datasets.load("adult").codes)
 
 

@@ -6,7 +6,17 @@ import json
 import numpy as np
 import pytest
 
-from jaxdp.domain import Categorical, DataError, Dataset, Domain, Numeric, read_csv, write_csv
+from jaxdp.domain import (
+    Categorical,
+    DataError,
+    Dataset,
+    Domain,
+    Numeric,
+    domain_from_schema,
+    load_domain,
+    read_csv,
+    write_csv,
+)
 
 SCHEMA = {
     "columns": {
@@ -20,7 +30,7 @@ SCHEMA = {
 
 @pytest.fixture
 def domain():
-    return Domain.from_schema(SCHEMA)
+    return domain_from_schema(SCHEMA)
 
 
 def _csv(text: str) -> io.StringIO:
@@ -28,7 +38,7 @@ def _csv(text: str) -> io.StringIO:
 
 
 def test_schema_round_trip(domain):
-    assert Domain.from_schema(domain.to_json()) == domain
+    assert domain_from_schema(domain.to_json()) == domain
     assert domain.names == ("age", "sex", "level")
     assert domain.sizes == (2, 3)
     assert domain.target == "sex"
@@ -39,7 +49,7 @@ def test_schema_round_trip(domain):
 def test_sizes_form(tmp_path):
     path = tmp_path / "d.json"
     path.write_text(json.dumps({"a": 3, "b": 2}))
-    dom = Domain.load(path)
+    dom = load_domain(path)
     assert dom.sizes == (3, 2) and dom.n_cells == 6 and dom.is_categorical
 
 
@@ -102,9 +112,9 @@ def test_bad_input_is_refused_with_column_and_count(domain, text, match):
         (lambda: Domain(()), "at least one attribute"),
         (lambda: Domain((Categorical("a", 2), Categorical("a", 3))), "duplicate attribute"),
         (lambda: Domain.from_sizes({"a": 2.5}), "'a': size must be an integer"),
-        (lambda: Domain.from_schema({"columns": {"a": {"type": "text"}}}), "'a'"),
-        (lambda: Domain.from_schema({"columns": {"a": {"type": "numeric", "lower": 0}}}), '"upper"'),
-        (lambda: Domain.from_schema({"columns": {"a": {"type": "categorical"}}}), "categories"),
+        (lambda: domain_from_schema({"columns": {"a": {"type": "text"}}}), "'a'"),
+        (lambda: domain_from_schema({"columns": {"a": {"type": "numeric", "lower": 0}}}), '"upper"'),
+        (lambda: domain_from_schema({"columns": {"a": {"type": "categorical"}}}), "categories"),
         (lambda: Domain((Numeric("x", 0.0, 1.0),), target="x"), "target"),
     ],
 )
@@ -131,7 +141,7 @@ def test_unreadable_file_is_named(tmp_path, domain):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(DataError, match="cannot read domain file"):
-        Domain.load(bad)
+        load_domain(bad)
 
 
 def test_checked_numeric_keeps_its_name_and_counts_bad_values():

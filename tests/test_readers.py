@@ -9,6 +9,8 @@ every case, bundled ADULT included.
 
 from __future__ import annotations
 
+import gzip
+import json
 from importlib import resources
 
 import jax
@@ -63,7 +65,7 @@ def outcome(read):
         ("a,b\n  ,  \n0,1\n", False),  # a row of blank cells, skipped by the text reader
         ("a,b\n0,1.5\n", False),  # a fraction in a code column (NumPy < 2 truncated it, warning)
         ("a,b\r\n0,1\r\n2,3\r\n", True),  # Windows line ends
-        ("\ufeffa,b\n0,1\n", False),  # a byte-order mark: its header is not the domain's
+        ("\ufeffa,b\n0,1\n", True),  # a byte-order mark (Excel's "CSV UTF-8"): not part of a name
         ("a,b\n0,1\n0,1\n" + "2,3\n" * 5000 + "1,x\n", False),  # a bad cell far down the file
     ],
 )
@@ -96,6 +98,35 @@ def test_numeric_and_nullable_columns_read_alike(content, compiled, tmp_path):
     assert got == outcome(lambda: jaxdp.domain.parse_table(MIXED, read_columns(path)))
     if "nan" in content:
         assert got[0] == "error" and "NaN, infinite" in got[1]
+
+
+def test_a_byte_order_mark_is_read_by_every_reader(tmp_path):
+    """Excel's "CSV UTF-8" starts with a byte-order mark: the compiled reader, the text reader
+    (labels), gzip, a stream the caller opened, and a schema file with one all read the header
+    as written."""
+    bom = "\ufeff"
+    numbers = tmp_path / "numbers.csv"
+    numbers.write_text(bom + "a,b\n0,1\n2,3\n", encoding="utf-8")
+    assert text._read_numbers(numbers, TableSchema.from_domain(SIZES)) is not None
+    assert read_csv(numbers, SIZES).codes.tolist() == [[0, 1], [2, 3]]
+    packed = tmp_path / "numbers.csv.gz"
+    packed.write_bytes(gzip.compress(numbers.read_bytes()))
+    assert read_csv(packed, SIZES).codes.tolist() == [[0, 1], [2, 3]]
+    with numbers.open(encoding="utf-8") as stream:  # the BOM reaches the reader as a character
+        assert read_csv(stream, SIZES).codes.tolist() == [[0, 1], [2, 3]]
+    labelled = tmp_path / "labelled.csv"
+    labelled.write_text(bom + "colour,x\nred,2.5\nblue,\n", encoding="utf-8")
+    schema = {
+        "columns": {
+            "colour": {"type": "categorical", "categories": ["red", "blue"]},
+            "x": {"type": "numeric", "lower": 0, "upper": 10, "nullable": True},
+        }
+    }
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(bom + json.dumps(schema), encoding="utf-8")
+    table = read_table(labelled, TableSchema.load(schema_file))
+    assert np.asarray(table.codes["colour"]).tolist() == [0, 1]
+    assert jaxdp.load_domain(schema_file).names == ("colour", "x")
 
 
 def test_a_stream_and_labelled_columns_go_to_the_text_reader(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxdp.domain import DataError, Domain, read_csv, write_rows
+from jaxdp.domain import DataError, load_domain, read_csv, write_rows
 
 SCHEMA = Path(__file__).resolve().parent.parent / "examples" / "adult_schema.json"
 RAW = "\n".join(
@@ -24,7 +24,7 @@ RAW = "\n".join(
 
 
 def test_raw_adult_rows_round_trip_in_labels_and_units():
-    domain = Domain.load(SCHEMA)
+    domain = load_domain(SCHEMA)
     data = read_csv(io.StringIO(RAW), domain)
     assert data.codes.shape == (3, 9) and data.numeric.shape == (3, 6)
     assert data.numeric.min() >= 0.0 and data.numeric.max() <= 1.0
@@ -53,14 +53,14 @@ def test_bad_values_are_refused_naming_column_and_count_not_value(field, value, 
     cells[field] = value
     lines[1] = ", ".join(cells)
     with pytest.raises(DataError) as err:
-        read_csv(io.StringIO("\n".join(lines)), Domain.load(SCHEMA))
+        read_csv(io.StringIO("\n".join(lines)), load_domain(SCHEMA))
     assert message in str(err.value)
     if value:
         assert value not in str(err.value)
 
 
 def test_schema_declares_public_bounds_for_the_six_numeric_columns():
-    domain = Domain.load(SCHEMA)
+    domain = load_domain(SCHEMA)
     assert [a.name for a in domain.numeric] == [
         "age",
         "fnlwgt",

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxdp.domain import DataError
+from jaxdp.domain import DataError, load_domain
 from jaxdp.tables import CategoricalColumn, NumericColumn, TableSchema, empty_cells, parse_table, read_table
 
 
@@ -40,10 +40,9 @@ def test_the_documented_keys_parse_into_columns():
 
 
 def test_the_shipped_adult_schema_still_parses_as_a_domain_and_a_table_schema():
-    from jaxdp.domain import Domain
 
     path = "examples/adult_schema.json"
-    table, domain = TableSchema.load(path), Domain.load(path)
+    table, domain = TableSchema.load(path), load_domain(path)
     assert table.names == domain.names and table.target == domain.target == "income>50K"
     assert all(c.integer for c in table.numeric) and len(table.numeric) == 6
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from jaxdp.domain import Dataset, Domain, read_csv
+from jaxdp.domain import Dataset, Domain, load_domain, read_csv
 
 NAMES = ("adult", "adult-reduced")
 WORKLOADS = ("adult-target",)
@@ -30,7 +30,7 @@ def domain(name: str) -> Domain:
     """The declared domain of a bundled dataset."""
     _check(name)
     with resources.as_file(resources.files(__name__) / f"{name}-domain.json") as path:
-        return Domain.load(path)
+        return load_domain(path)
 
 
 def load(name: str) -> Dataset:

@@ -31,8 +31,10 @@ from jaxdp.domain.schema import (
     Column,
     NumericColumn,
     TableSchema,
+    domain_from_schema,
     is_table_schema,
     load_declaration,
+    load_domain,
 )
 from jaxdp.domain.text import read_columns, read_csv, read_table, write_columns, write_csv, write_rows
 
@@ -51,12 +53,14 @@ __all__ = [
     "TableSchema",
     "checked_numeric",
     "columns_like",
+    "domain_from_schema",
     "empty_cells",
     "is_arrow_table",
     "is_dataframe",
     "is_table_schema",
     "like",
     "load_declaration",
+    "load_domain",
     "parse_table",
     "read_columns",
     "read_csv",

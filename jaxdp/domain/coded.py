@@ -5,8 +5,9 @@ A `Domain` is an ordered list of attributes: categorical (a size, optionally lab
 Two JSON forms are accepted:
 
 - sizes: ``{"age": 10, "sex": 2, ...}`` (integer-coded data; the format of ``shared/data``);
-- the ``"columns"`` form of a table schema (`jaxdp.domain.schema`, its one parser), read as
-  the attributes its columns declare: bins, integer and nullable keys do not change a domain.
+- the ``"columns"`` form of a table schema (`jaxdp.domain.schema`, its one parser, with
+  `load_domain` and `domain_from_schema`), read as the attributes its columns declare: bins,
+  integer and nullable keys do not change a domain.
 """
 
 from __future__ import annotations
@@ -88,28 +89,14 @@ class Domain:
             raise DataError(f"target {self.target!r} must be a categorical column")
 
     # -- construction ---------------------------------------------------------------------------
-    # The schema module builds on these classes, so the constructors that read the "columns"
-    # form import it when called: that form has one parser, `TableSchema.from_json`.
+    # The schema module builds on these classes, so what reads the "columns" form lives there
+    # (`jaxdp.domain.load_domain`, `domain_from_schema`): that form has one parser,
+    # `TableSchema.from_json`, and this module imports nothing of it.
 
     @classmethod
     def from_sizes(cls, sizes: Mapping[str, int]) -> Domain:
         """All-categorical domain from ``{"attr": size}``."""
         return cls(tuple(Categorical(str(k), _as_size(k, v)) for k, v in sizes.items()))
-
-    @classmethod
-    def from_schema(cls, schema: Mapping[str, Any]) -> Domain:
-        """Domain from the ``"columns"`` form: the attributes of its table schema."""
-        from jaxdp.domain.schema import TableSchema
-
-        return TableSchema.from_json(schema).domain
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> Domain:
-        """Read a domain from either JSON form (a ``"columns"`` key means the schema form)."""
-        from jaxdp.domain.schema import load_declaration
-
-        declared = load_declaration(path)
-        return declared if isinstance(declared, Domain) else declared.domain
 
     def to_json(self) -> dict[str, Any]:
         """The schema form of this domain."""
@@ -186,7 +173,7 @@ class Domain:
 def read_json(path: str | os.PathLike, what: str) -> Any:
     """The JSON value in a declaration file (`what`: "domain", "schema"); DataError if unreadable."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text(encoding="utf-8-sig"))  # a byte-order mark too
     except (OSError, ValueError) as err:
         raise DataError(f"cannot read {what} file {str(path)!r}: {err}") from None
 

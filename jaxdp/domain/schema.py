@@ -187,6 +187,18 @@ def is_table_schema(schema: object) -> bool:
     return isinstance(schema, Mapping) and "columns" in schema
 
 
+def domain_from_schema(schema: Mapping[str, Any]) -> Domain:
+    """The domain of the ``"columns"`` form: the attributes its table schema declares."""
+    return TableSchema.from_json(schema).domain
+
+
+def load_domain(path: str | os.PathLike) -> Domain:
+    """A domain from a declaration file in either JSON form (a ``"columns"`` key means the
+    schema form, read as the attributes it declares)."""
+    declared = load_declaration(path)
+    return declared if isinstance(declared, Domain) else declared.domain
+
+
 def load_declaration(path: str | os.PathLike, what: str = "domain") -> TableSchema | Domain:
     """A declaration file, read once: the ``"columns"`` form is a `TableSchema`, the sizes form
     (``{"attr": size}``) a `Domain`. `what` names the file in errors ("domain", "schema")."""

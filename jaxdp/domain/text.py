@@ -113,9 +113,15 @@ def _read_numbers(source: str | os.PathLike | TextIO, schema: TableSchema) -> di
     return columns
 
 
+# UTF-8 with or without a byte-order mark: Excel's "CSV UTF-8" starts the file with one, which
+# would otherwise stick to the first column's name.
+ENCODING = "utf-8-sig"
+_BOM = "\ufeff"
+
+
 def _open(source: str | os.PathLike) -> TextIO:
     opener = gzip.open if str(source).endswith(".gz") else open
-    return opener(source, "rt", newline="")
+    return opener(source, "rt", newline="", encoding=ENCODING)
 
 
 def read_columns(source: str | os.PathLike | TextIO) -> dict[str, list[str]]:
@@ -137,6 +143,8 @@ def read_columns(source: str | os.PathLike | TextIO) -> dict[str, list[str]]:
     if not rows:
         raise DataError(f"CSV {str(name)!r} has no header row")
     header = [h.strip() for h in rows[0]]
+    if header and header[0].startswith(_BOM):  # a stream the caller opened without utf-8-sig
+        header[0] = header[0][len(_BOM) :].strip()
     body = rows[1:]
     ragged = sum(1 for r in body if len(r) != len(header))
     if ragged:

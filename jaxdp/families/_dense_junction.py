@@ -95,11 +95,6 @@ def worth_compiling(tree: DenseTree, flat_entries: int, max_blocks: int) -> bool
     return max_blocks * BLOCK * flat_entries * FLAT_S_PER_ENTRY > compile_s
 
 
-def compiled(tree: DenseTree) -> bool:
-    """Whether this tree's program is compiled already (or compiling): then it costs nothing."""
-    return tree in _programs
-
-
 def _shape(tree: DenseTree, clique: Clique) -> tuple[int, ...]:
     return tuple(tree.sizes[a] for a in clique)
 

@@ -167,6 +167,17 @@ class Family:
         the numeric columns), or for a family that releases answers, the noisy answers."""
         raise NotImplementedError
 
+    def conditioned(self, model: Any, weights: dict[int, Any]) -> tuple[Any, float] | None:
+        """(the model whose release is this model's conditional given evidence, the evidence's
+        probability under the model), or None where the family has no exact conditional (a
+        saved model then samples it by rejection, `jaxdp.models`).
+
+        Args:
+            weights: attribute -> (size,) each value's weight in [0, 1] (0 rules it out).
+        """
+        del model, weights
+        return None
+
     def default_rows(self, model: Any) -> int | None:
         """Records to release when the caller names none under add-remove: an estimate of the
         record count from the released measurements (host code; None: the family has none)."""

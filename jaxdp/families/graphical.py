@@ -210,6 +210,13 @@ class GraphicalModel(Family):
         """The model's estimated record count (add-remove)."""
         return max(1, round(float(model.fitted.total)))
 
+    def conditioned(
+        self, model: GraphicalState, weights: dict[int, np.ndarray]
+    ) -> tuple[GraphicalState, float]:
+        """The fitted model with the evidence clamped in its junction tree (`pgm.conditioned`)."""
+        fitted, probability = pgm.conditioned(model.fitted, weights)
+        return model._replace(fitted=fitted), probability
+
     def release(self, model: GraphicalState, key: Key, rows: int) -> Array:
         plan = _marginals_of(model.fitted).sampling_plan()
         return pgm.sample(key, plan, self.workload.sizes, rows, tracked=self.workload.cliques)

@@ -259,12 +259,14 @@ def _fit(
 ) -> np.ndarray:
     """Fitted log-potentials (flat, in `maximal`'s order) by mirror descent from `theta`: by the
     tree's own dense program where its saved iterations outweigh compiling it, else by the one
-    program for every tree (`_dense_junction`, `_junction`)."""
+    program for every tree (`_dense_junction`, `_junction`).
+
+    The two programs round differently in float32, so the choice is a function of the fit's
+    public inputs alone (the tree, its sizes, the iteration cap), never of what this process
+    has compiled already: the same key then releases the same bytes after any other run."""
     program, layout = _junction.build_program(tree, sizes, maximal, cliques)
     dense = _dense_junction.dense_tree(tree, sizes, maximal, cliques)
-    if _dense_junction.compiled(dense) or _dense_junction.worth_compiling(
-        dense, sum(layout.lengths), max_blocks
-    ):
+    if _dense_junction.worth_compiling(dense, sum(layout.lengths), max_blocks):
         fitted, _, _ = _dense_junction.fit(
             dense, theta, noisy, precision, total, alpha, max_blocks, tol, floor
         )
@@ -566,6 +568,29 @@ def calibrate(
     Returns:
         node -> probability table over the node's attributes (axes in node order), summing to 1.
     """
+    beliefs = {}
+    for node, table in _log_beliefs(tree, log_potentials, sizes).items():
+        table = np.exp(table - _logsumexp(table, tuple(range(table.ndim))))
+        beliefs[node] = table / table.sum()
+    return beliefs
+
+
+def log_partition(tree: Any, log_potentials: dict[Clique, np.ndarray], sizes: dict[int, int]) -> float:
+    """log Z, the log of the sum over the whole domain of exp(sum of the log-potentials)."""
+    import networkx as nx  # a dependency of mbi
+
+    log_beliefs = _log_beliefs(tree, log_potentials, sizes)
+    roots = [tuple(min(component)) for component in nx.connected_components(tree)]
+    total = sum(float(_logsumexp(log_beliefs[r], tuple(range(log_beliefs[r].ndim)))) for r in roots)
+    covered = {a for node in tree.nodes for a in node}
+    return total + sum(math.log(sizes[a]) for a in sizes if a not in covered)
+
+
+def _log_beliefs(
+    tree: Any, log_potentials: dict[Clique, np.ndarray], sizes: dict[int, int]
+) -> dict[Clique, np.ndarray]:
+    """Every node's unnormalised log-belief (two sum-product passes; each sums to log Z over its
+    component)."""
     import networkx as nx  # a dependency of mbi
 
     log_phi = {node: np.zeros([sizes[a] for a in node]) for node in tree.nodes}
@@ -589,14 +614,46 @@ def calibrate(
             send(child, parent)
         for parent, child in edges:  # distribute from the root
             send(parent, child)
-    beliefs = {}
+    log_beliefs = {}
     for node in tree.nodes:
         table = log_phi[node]
         for other in tree.neighbors(node):
             table = table + _aligned(messages[(other, node)], _shared(other, node), node)
-        table = np.exp(table - _logsumexp(table, tuple(range(table.ndim))))
-        beliefs[tuple(node)] = table / table.sum()
-    return beliefs
+        log_beliefs[tuple(node)] = table
+    return log_beliefs
+
+
+def conditioned(model: Model, weights: dict[int, np.ndarray]) -> tuple[Model, float]:
+    """(the model's distribution given evidence, the evidence's probability under the model).
+
+    Evidence weighs each value of some attributes (`weights`: attribute -> (size,) in [0, 1]; 0
+    rules a value out, 1 keeps it whole, a fraction keeps that share of its mass); the
+    conditional is p(x) times the product of the weights of x's values, normalised: the model
+    with a potential log w_a on each weighed attribute (-inf where w_a is 0), which the junction
+    tree of the model's cliques holds (a 1-way clique sits inside a clique of its attribute, or
+    alone where none has it). Exact, whatever the model.
+
+    Post-processing of the fitted model only.
+    """
+    mbi = require_mbi()
+    sizes = dict(enumerate(model.sizes))
+
+    def log_z(cliques, potentials) -> float:
+        tree, _ = mbi.junction_tree.make_junction_tree(mbi_domain(model.sizes), cliques)
+        return log_partition(
+            tree, dict(zip(cliques, (np.asarray(p, np.float64) for p in potentials), strict=True)), sizes
+        )
+
+    with np.errstate(divide="ignore"):
+        evidence = [np.log(np.asarray(weights[a], np.float64)) for a in sorted(weights)]
+    cliques = (*model.cliques, *((a,) for a in sorted(weights)))
+    potentials = (*model.potentials, *evidence)
+    merged: dict[Clique, np.ndarray] = {}
+    for clique, table in zip(cliques, potentials, strict=True):  # a repeated clique: one table
+        merged[clique] = merged[clique] + table if clique in merged else np.asarray(table, np.float64)
+    before, after = log_z(model.cliques, model.potentials), log_z(tuple(merged), tuple(merged.values()))
+    probability = math.exp(after - before) if math.isfinite(after) else 0.0
+    return Model(model.sizes, tuple(merged), tuple(merged.values()), model.total), probability
 
 
 def _shared(source: Clique, target: Clique) -> Clique:

@@ -135,25 +135,39 @@ def _error_bounds(mechanism: Annealed, state, synthetic: Dataset, confidence: fl
     if isinstance(confidence, bool) or not isinstance(confidence, float | int) or not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     bounds = mechanism.error_bounds(state, float(confidence), synthetic=synthetic.codes)
+    marginals = []
+    for clique, names, b, nb, s in zip(
+        mechanism.workload.cliques,
+        mechanism.workload.names(domain),
+        bounds.bound,
+        bounds.normalised,
+        bounds.supported,
+        strict=True,
+    ):
+        entry = {
+            "marginal": list(names),
+            "l1_bound": float(b),
+            "l1_bound_normalised": float(nb),
+            "supported": bool(s),
+        }
+        marginals.append({**entry, **_bounded_domain(state.compressed, clique, names)})
     return {
         "confidence": float(confidence),
         "units": "L1 distance between count vectors; normalised: divided by the released row count",
-        "marginals": [
-            {
-                "marginal": list(names),
-                "l1_bound": float(b),
-                "l1_bound_normalised": float(nb),
-                "supported": bool(s),
-            }
-            for names, b, nb, s in zip(
-                mechanism.workload.names(domain),
-                bounds.bound,
-                bounds.normalised,
-                bounds.supported,
-                strict=True,
-            )
-        ],
+        "marginals": marginals,
     }
+
+
+def _bounded_domain(compressed, clique, names) -> dict:
+    """What a marginal's bound covers: "declared" cells, or "compressed" ones where an attribute of
+    it had values merged after round 0 (`merged`: those codes, already public in the report's
+    `compression`): the merged values count as one cell, and how the release spreads that cell's
+    count over them is not bounded."""
+    merged = (
+        {} if compressed is None else {n: compressed.merged(a) for a, n in zip(clique, names, strict=True)}
+    )
+    merged = {n: values for n, values in merged.items() if values}
+    return {"domain": "compressed", "merged": merged} if merged else {"domain": "declared"}
 
 
 # add-remove first: the paper's relation

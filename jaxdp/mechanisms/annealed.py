@@ -472,6 +472,40 @@ class Annealed:
             codes = state.compressed.records(spread_key, codes)
         return polish.polish(polish_key, codes, np.asarray(self.relaxed_answers(state)), self.workload)
 
+    def conditioned(
+        self, state: AnnealedState, weights: dict[int, np.ndarray]
+    ) -> tuple[AnnealedState, float] | None:
+        """(the state whose release is this one's conditional given evidence over the declared
+        domain, the evidence's probability), or None where the family has no exact conditional.
+
+        Over a compressed domain a kept value keeps its weight; the merged code weighs the share
+        of its spread the evidence keeps (sum of spread(v) w(v)), and its spread becomes that
+        share, renormalised: P(v) = P(merged) spread(v), so the conditional is exact.
+
+        Privacy:
+            Post-processing of the released state only.
+        """
+        compressed, family_weights = state.compressed, dict(weights)
+        if compressed is not None:
+            spread = list(compressed.spread)
+            for a, weight in weights.items():
+                weight = np.asarray(weight, np.float64)
+                keep = compressed.kept[a]
+                coarse = np.zeros(compressed.sizes[a])
+                coarse[: keep.sum()] = weight[keep]
+                if not keep.all():
+                    share = compressed.spread[a] * np.where(keep, 0.0, weight)
+                    coarse[-1] = share.sum()
+                    if share.sum() > 0:
+                        spread[a] = share / share.sum()
+                family_weights[a] = coarse
+            compressed = CompressedDomain(compressed.kept, tuple(spread))
+        out = self.parts(state).family.conditioned(state.model, family_weights)
+        if out is None:
+            return None
+        model, probability = out
+        return state._replace(model=model, compressed=compressed), probability
+
     def compression_report(self, state: AnnealedState) -> dict[str, Any] | None:
         """The report's `compression` (None without it): the threshold (in sigmas), the spread,
         and `merged`, {attribute: the declared codes that share its merged code} for every

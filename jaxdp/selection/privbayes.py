@@ -20,9 +20,38 @@ the round that picks it, where the paper measures all once the network is learne
 a measurement, so the two are the same mechanism (the family is not refitted between rounds).
 
 The score is computed exactly in integers: T(X, Pi) = sum over cells |n c(x, pi) - c(x) c(pi)|
-= 2 n^2 R (counts c, n public). Under replace-one a changed record moves at most two cells of
-each of c(x, pi), c(x) and c(pi) by one, so T moves by at most 2n + 2n + 2n + 4 = 6n + 4, the
-paper's bound 3/n + 2/n^2 on R (its Lemma on R's sensitivity) times 2 n^2.
+= 2 n^2 R (counts c, n public). The sensitivity declared is the paper's: under replace-one a
+changed record moves at most two cells of each of c(x, pi), c(x) and c(pi) by one, so T moves by
+at most 2n + 2n + 2n + 4 = 6n + 4, its bound 3/n + 2/n^2 on R (its Lemma on R's sensitivity)
+times 2 n^2. That bound is not reached. The largest move of T is exactly
+
+    M(n) = 6n - 2 - 2 ceil(2 sqrt n)   when X has 3 values or more and Pi 3 cells or more,
+           4n - 4 when one of them has 2, and 0 when one has 1,
+
+and M(n) <= 6n - 6 always (n = 100: 558 against 604; n = 1000: 5870 against 6004). Proof. The
+record moves from cell (x1, p1) to (x2, p2); write e = n c(x, pi) - c(x) c(pi) (T = sum |e|),
+A = c(x1) >= 1, B = c(p1) >= 1, a2 = c(x2), b2 = c(p2), all on D, and m = ceil(2 sqrt n) =
+min{a + b : ab >= n} (so m <= n + 1, and m(n) <= m(n - k) + k). Each cell's |e| moves by at
+most e's change (triangle inequality). (i) x1 = x2: e changes by +c(x) on column p1 and -c(x)
+on column p2 outside row x1, by -(n - A) and n - A at (x1, p1) and (x1, p2): 4(n - A) <= 4n - 4
+in all; likewise p1 = p2. (ii) Else e changes by +c(pi) on row x1 and -c(pi) on row x2 outside
+columns p1, p2, by +c(x) on column p1 and -c(x) on column p2 outside rows x1, x2, by A + B -
+1 - n at (x1, p1), n - 1 - a2 - b2 at (x2, p2), b2 - A + 1 at (x1, p2), a2 - B + 1 at (x2, p1),
+and nowhere else. Let T rise (swap D and D' otherwise). The rows and columns give at most
+2(n - B - b2) + 2(n - A - a2); with the corners (x2, p2), (x1, p2), (x2, p1) that is
+non-increasing in a2 and b2 (slopes -2 +- 1 +- 1), so at most 5n - 3 - A - B (a2 = b2 = 0). The
+corner (x1, p1) adds g = |e - D| - |e|, e its e on D, D = n + 1 - A - B, and g <= n + 1 + A + B -
+2m: if e <= 0, AB >= n, so A + B >= m, and g <= |D|; if 0 < e and D <= e, g = -D; if 0 < e < D,
+g = D - 2e and m <= m(AB) + max(0, n - AB) <= A + B + e (e >= n - AB: the record is there). So
+T rises by at most 6n - 2 - 2m, which is at least 4n - 4 (m <= n + 1). If X has 2 values, e's
+columns sum to 0 (row x2 is -row x1) and c(x2) = n - A: in (ii) the changes sum to 2(n - B -
+b2) + 2|D| + 2|A - 1 - b2|, non-increasing in B and b2, so at most 4n - 4 (B = 1, b2 = 0);
+likewise if Pi has 2 cells (T is symmetric in X and Pi). Reached: A = floor(m / 2), B = m - A
+(AB >= n), the record alone in its cell, A - 1 records at (x1, p3), B - 1 at (x3, p1), the
+other n + 1 - A - B at (x3, p3), row x2 and column p2 empty: T rises from 4(AB - n) by exactly
+6n - 2 - 2m. For 2 values: the record alone in row x1, the n - 1 others in column p1 (T = 0),
+moved to (x1, p2). `tests/mechanisms/test_privbayes.py` checks M exactly over every small
+table; `tests/privacy/test_privbayes_round.py` attacks neighbours that reach it.
 """
 
 from __future__ import annotations

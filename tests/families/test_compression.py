@@ -13,6 +13,7 @@ from jaxdp.domain import Dataset
 from jaxdp.families import CompressedDomain, Compression
 from jaxdp.ledger import rho_spent
 from jaxdp.queries import all_kway, marginal_counts
+from tests.mechanisms._host import assert_same_merge, merge_from_release, round_zero_releases
 from tests.mechanisms.conftest import TINY_DOMAIN, tiny_dataset
 
 BUDGET = {"epsilon": 0.3, "delta": 1e-6}
@@ -36,35 +37,101 @@ def _skewed(seed=0, n=400):
     return Dataset.from_codes(TINY_DOMAIN, np.stack([a, b, c, d], axis=1))
 
 
-def test_the_merge_is_a_function_of_the_noisy_counts_only():
-    """Two tables with the same 1-way counts but different records (b's column shuffled against
-    the others) get the same noisy 1-way counts from one key, and so the same merge; the ledger
-    of round 0 is the same too."""
+def _one_way_counts(data) -> np.ndarray:
+    """The table's true 1-way counts, every attribute's in order (round 0's measurement)."""
+    return np.concatenate(
+        [np.bincount(data.codes[:, a], minlength=s) for a, s in enumerate(data.domain.sizes)]
+    )
+
+
+def _two_tables():
+    """Two tables whose true 1-way counts differ on both sides of the merge threshold: the first
+    has _skewed's rare values in b and d, the second has them common."""
     first = _skewed()
+    rng = np.random.default_rng(2)
     codes = first.codes.copy()
-    codes[:, 1] = np.random.default_rng(1).permutation(codes[:, 1])
+    codes[:, 1] = rng.choice(4, len(codes), p=[0.25, 0.25, 0.25, 0.25])
+    codes[:, 3] = rng.choice(5, len(codes), p=[0.2] * 5)
     second = Dataset.from_codes(first.domain, codes)
-    assert not np.array_equal(first.codes, second.codes)
-    runs = [loop.run(_aim(data), jax.random.key(3), rounds=1) for data in (first, second)]
-    merges = [r.state.compressed for r in runs]
-    assert merges[0] is not None and merges[0].changed
-    for kept_0, kept_1 in zip(merges[0].kept, merges[1].kept, strict=True):
-        np.testing.assert_array_equal(kept_0, kept_1)
-    for spread_0, spread_1 in zip(merges[0].spread, merges[1].spread, strict=True):
-        np.testing.assert_array_equal(spread_0, spread_1)
-    assert runs[0].ledger == runs[1].ledger
+    assert not np.array_equal(_one_way_counts(first), _one_way_counts(second))
+    return first, second
 
 
-def test_compression_spends_nothing():
+# A round-0 release both tables are made to give (a, b, c, d in order): b's values 0, 1 and 3 and
+# d's 2, 3 and 4 under 3 sigma (round 0's sigma is about 41 at this budget: 3 sigma about 122).
+FORCED = np.array([130.0, 140.0, 130.0, 10.0, 20.0, 350.0, -5.0, 200.0, 200.0, 190.0, 180.0, 15.0, 8.0, 2.0])
+
+
+def _merges_under_a_forced_release(monkeypatch, tables, truth_of=None):
+    """Each table's merge and round-0 ledger, round 0 forced to release FORCED. `truth_of`: the
+    negative control, the mutation that feeds the table's true 1-way counts to the merge in place
+    of the released ones (as `Compression.of(true counts, sigma)` would in `_initialise`)."""
+    released = round_zero_releases(monkeypatch, FORCED)
+    original = Compression.of
+    merges, ledgers = [], []
+    for data in tables:
+        if truth_of is not None:
+            truth = [np.bincount(data.codes[:, a], minlength=s) for a, s in enumerate(data.domain.sizes)]
+            monkeypatch.setattr(
+                Compression, "of", lambda self, noisy, sigma, t=truth: original(self, t, sigma)
+            )
+        mechanism = _aim(data)
+        run = loop.run(mechanism, jax.random.key(3), rounds=1)
+        merges.append((mechanism, run.state.compressed))
+        ledgers.append(run.ledger)
+    return merges, ledgers, released
+
+
+def _check_merges_read_the_release_only(merges, ledgers, released) -> None:
+    (_, first), (_, second) = merges
+    assert first is not None and first.changed
+    assert_same_merge(first, second)
+    assert ledgers[0] == ledgers[1]
+    for (mechanism, merge), (noisy, sigma) in zip(merges, released, strict=True):
+        assert_same_merge(merge, merge_from_release(mechanism, noisy, sigma))
+
+
+def test_the_merge_is_a_function_of_the_released_counts_only(monkeypatch):
+    """Round 0 forced to release the same noisy 1-way counts for two tables whose true 1-way
+    counts differ: the same merge, the one recomputed from the release, and the same ledger.
+
+    Negative control (`test_a_merge_that_reads_the_true_counts_is_caught`): feeding the true 1-way
+    counts to `Compression.of` in `Annealed._initialise` (the mutation this test was checked
+    against by editing the source too) gives two different merges, neither the recomputed one."""
+    _check_merges_read_the_release_only(*_merges_under_a_forced_release(monkeypatch, _two_tables()))
+
+
+def test_a_merge_that_reads_the_true_counts_is_caught(monkeypatch):
+    merges, ledgers, released = _merges_under_a_forced_release(monkeypatch, _two_tables(), truth_of=True)
+    with pytest.raises(AssertionError):
+        _check_merges_read_the_release_only(merges, ledgers, released)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_merge_is_recomputed_from_round_zeros_release(monkeypatch, seed):
+    """With real noise: the merge a run decides is the one recomputed from what round 0 released
+    (and a 1-way measurement with the merged values summed, as the state holds it)."""
+    released = round_zero_releases(monkeypatch)
+    mechanism = _aim(_skewed(seed))
+    state = loop.run(mechanism, jax.random.key(seed), rounds=1).state
+    ((noisy, sigma),) = released
+    assert state.compressed is not None
+    assert_same_merge(state.compressed, merge_from_release(mechanism, noisy, sigma))
+
+
+def test_compression_spends_nothing(monkeypatch):
     """Same key with and without compression: the same plan, the same round 0 (its noisy counts
-    and its charge), one selection and one measurement a round after it, and the whole budget
-    spent by the filter in both."""
+    and its charge), a merge that reads nothing but round 0's release, one selection and one
+    measurement a round after it, and the whole budget spent by the filter in both."""
     data = _skewed()
     on, off = _aim(data), _aim(data, compress=None)
     assert on.plan == off.plan
     key = jax.random.key(5)
+    released = round_zero_releases(monkeypatch)
     first = [loop.run(m, key, rounds=1) for m in (on, off)]
     assert first[0].ledger == first[1].ledger
+    np.testing.assert_array_equal(released[0][0], released[1][0])
+    assert_same_merge(first[0].state.compressed, merge_from_release(on, *released[0]))
     assert first[0].state.compressed is not None and first[1].state.compressed is None
     ones = [m for m in first[1].state.measurements if len(m.clique) == 1]
     for m, merged in zip(ones, first[0].state.measurements, strict=True):
@@ -189,6 +256,14 @@ def test_a_compressed_release_is_over_the_declared_domain_and_the_report_lists_m
     assert report["merged"] and set(report["merged"]) <= set(data.domain.names)
     codes = result.synthetic.codes
     assert np.all(codes < np.asarray(data.domain.sizes)) and len(codes) == result.report["rows"]
+    # each error bound says what it covers: the compressed cells where an attribute merged values
+    for entry in result.report["error_bounds"]["marginals"]:
+        merged = {name: report["merged"][name] for name in entry["marginal"] if name in report["merged"]}
+        if merged:
+            assert entry["domain"] == "compressed" and entry["merged"] == merged
+        else:
+            assert entry["domain"] == "declared" and "merged" not in entry
+    assert "compressed" in {e["domain"] for e in result.report["error_bounds"]["marginals"]}
     off = jaxdp.synthesize(
         data, data.domain, mechanism="aim", epsilon=0.3, key=jax.random.key(0), rounds=8, compress=None
     )

@@ -266,8 +266,6 @@ def _use_program(monkeypatch, program: str) -> None:
     from jaxdp.families import _dense_junction
 
     monkeypatch.setattr(_dense_junction, "worth_compiling", lambda *_: program == "dense")
-    # a tree whose dense program another test compiled would otherwise be fitted by it
-    monkeypatch.setattr(_dense_junction, "compiled", lambda _: False)
 
 
 @pytest.mark.parametrize("program", ["flat", "dense"])

@@ -11,6 +11,8 @@ import numpy as np
 
 import jaxdp
 from jaxdp import loop, noise
+from jaxdp.families import Compression
+from jaxdp.mechanisms import annealed
 
 
 def record_selections(monkeypatch) -> list[tuple[object, dict]]:
@@ -66,3 +68,57 @@ def synth_on_adult(tmp_path, mechanism: str) -> tuple[dict, int]:
     command += ["--epsilon", "1", "--seed", "0", "--out", str(out), "--report", str(report)]
     subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
     return json.loads(report.read_text()), len(out.read_text().splitlines()) - 1
+
+
+def round_zero_releases(monkeypatch, released: np.ndarray | None = None) -> list[tuple[np.ndarray, float]]:
+    """(the noisy counts, sigma) of every round-0 measurement of a host-rule run after this call
+    (AIM's and MST's every 1-way marginal, one vector). With `released`, round 0 releases that
+    vector instead of its noisy counts (its Charge is the real one), as if the noise had drawn it:
+    whatever the table, the rest of the run sees the same release."""
+    calls: list[tuple[np.ndarray, float]] = []
+    in_round_zero = [False]
+    initialise, measure = annealed.Annealed._initialise, annealed.measure_on_host
+
+    def round_zero(self, state, key):
+        in_round_zero[0] = True
+        try:
+            return initialise(self, state, key)
+        finally:
+            in_round_zero[0] = False
+
+    def measuring(key, counts, index, **kwargs):
+        noisy, charge = measure(key, counts, index, **kwargs)
+        if in_round_zero[0]:
+            if released is not None:
+                assert np.shape(released) == noisy.shape, "the forced release must have round 0's cells"
+                noisy = np.array(released, np.float64)
+            calls.append((noisy.copy(), float(kwargs["sigma"])))
+        return noisy, charge
+
+    monkeypatch.setattr(annealed.Annealed, "_initialise", round_zero)
+    monkeypatch.setattr(annealed, "measure_on_host", measuring)
+    return calls
+
+
+def merge_from_release(mechanism, noisy: np.ndarray, sigma: float, of=Compression.of):
+    """The compression `mechanism` decides from round 0's released noisy counts `noisy` (every
+    1-way candidate's, in candidate order), recomputed outside the run (`of`: the merge rule,
+    bound here so that a patched one is not used)."""
+    rule = mechanism.selection
+    per_attribute: list = list(mechanism.workload.sizes)
+    start = 0
+    for i in rule.opening(None):
+        cells = rule.candidates.cells[i]
+        per_attribute[rule.candidates.cliques[i][0]] = noisy[start : start + cells]
+        start += cells
+    assert start == noisy.size
+    merge = of(mechanism.compression, per_attribute, sigma)
+    return merge if merge.changed else None
+
+
+def assert_same_merge(first, second) -> None:
+    """Two compressions (None: nothing merged) keep and spread the same values."""
+    assert (first is None) == (second is None), (first, second)
+    if first is not None:
+        for a, b in zip(first.kept + first.spread, second.kept + second.spread, strict=True):
+            np.testing.assert_array_equal(a, b)

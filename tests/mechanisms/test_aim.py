@@ -265,7 +265,6 @@ def test_dense_and_flat_fits_reach_the_same_model(monkeypatch):
     choices = []
     rule = _dense_junction.worth_compiling
     monkeypatch.setattr(_dense_junction, "worth_compiling", lambda *a: choices.append(rule(*a)) or False)
-    monkeypatch.setattr(_dense_junction, "compiled", lambda _: False)  # whatever other tests compiled
     flat = loop.run(mech, jax.random.key(3)).state
     assert choices and not any(choices)
     monkeypatch.setattr(_dense_junction, "worth_compiling", lambda *_: True)

@@ -6,7 +6,7 @@ import pytest
 
 import jaxdp
 from jaxdp import datasets, evaluate, loop
-from jaxdp.domain import DataError, Dataset, Domain
+from jaxdp.domain import DataError, Dataset, domain_from_schema
 from jaxdp.queries import all_kway
 
 from .conftest import tiny_dataset
@@ -107,7 +107,7 @@ def test_unknown_noise_is_refused(name):
 
 
 def test_numeric_columns_are_refused_by_categorical_mechanisms():
-    dom = Domain.from_schema({"columns": {"x": {"type": "numeric", "lower": 0, "upper": 1}}})
+    dom = domain_from_schema({"columns": {"x": {"type": "numeric", "lower": 0, "upper": 1}}})
     data = Dataset.from_codes(dom, np.zeros((3, 0), int), np.array([[0.1], [0.5], [0.9]]))
     with pytest.raises(DataError, match=r"numeric column\(s\) \['x'\]"):
         jaxdp.independent(data, epsilon=1.0, delta=1e-6)

@@ -12,7 +12,9 @@ import jaxdp
 from jaxdp import loop
 from jaxdp.keys import round_key
 from jaxdp.queries import all_kway
+from jaxdp.selection import PrivBayesSelection
 from jaxdp.selection.privbayes import dependence
+from jaxdp.types import Neighboring
 
 from ._host import assert_replays, fits_of, record_selections, revealed_steps, synth_on_adult
 from .conftest import tiny_dataset
@@ -93,33 +95,101 @@ def test_dependence_is_twice_n_squared_times_the_papers_r():
         assert dependence(joint, axis, n) == pytest.approx(2 * n * n * r, rel=1e-12)
 
 
-def _tables(n: int, shape) -> list[np.ndarray]:
-    """Every table of n records over `shape`'s cells."""
-    cells = math.prod(shape)
-    out = []
-    for cuts in itertools.combinations(range(n + cells - 1), cells - 1):
-        bounds = (-1, *cuts, n + cells - 1)
-        out.append(np.diff(bounds).reshape(-1)[:cells] - 1)
-    return [np.asarray(t).reshape(shape) for t in out]
+def _tables(n: int, cells: int) -> np.ndarray:
+    """(count, cells) int64: every table of n records over `cells` cells (stars and bars)."""
+    bars = itertools.combinations(range(n + cells - 1), cells - 1)
+    return np.array([np.diff((-1, *cuts, n + cells - 1)) - 1 for cuts in bars], np.int64)
 
 
-@pytest.mark.parametrize("shape", [(2, 2), (2, 3), (3, 2)])
-def test_dependence_moves_by_at_most_its_declared_sensitivity(shape):
-    """Every table of 7 records and every replacement of one record (exhaustive): |T(D) - T(D')|
-    <= 6n + 4, and the largest move is at least half of it (the bound is not slack by more)."""
-    n = 7
+def largest_move(shape: tuple[int, ...], axis: int, n: int) -> int:
+    """max |T(D) - T(D')| over every table D of n records on `shape` (X on `axis`, the other axes
+    the parents) and every D' that replaces one of its records, T through `dependence` (one call
+    per table; each neighbour looked up among the tables by its code)."""
+    tables = _tables(n, math.prod(shape))
+    scores = np.array([dependence(table.reshape(shape), axis, n) for table in tables])
+    weights = (n + 1) ** np.arange(tables.shape[1], dtype=np.int64)
+    codes = tables @ weights
+    order = np.argsort(codes)
     largest = 0
-    for table in _tables(n, shape):
-        flat = table.reshape(-1)
-        for source in np.flatnonzero(flat):
-            for target in range(flat.size):
-                moved = flat.copy()
-                moved[source] -= 1
-                moved[target] += 1
-                change = abs(dependence(table, 0, n) - dependence(moved.reshape(shape), 0, n))
-                largest = max(largest, change)
-    assert largest <= 6 * n + 4
-    assert largest >= 3 * n
+    for source, target in itertools.permutations(range(tables.shape[1]), 2):
+        has = tables[:, source] > 0
+        moved = codes[has] - weights[source] + weights[target]
+        neighbour = order[np.searchsorted(codes[order], moved)]
+        assert (codes[neighbour] == moved).all()
+        largest = max(largest, int(np.abs(scores[neighbour] - scores[has]).max(initial=0)))
+    return largest
+
+
+def proved_largest_move(values: int, cells: int, n: int) -> int:
+    """The largest move of T over tables of n records, X of `values` values and Pi of `cells`
+    cells (`jaxdp.selection.privbayes`'s docstring): 6n - 2 - 2 ceil(2 sqrt n) from 3 and 3 on."""
+    if min(values, cells) == 1:
+        return 0
+    if min(values, cells) == 2:
+        return 4 * n - 4
+    return 6 * n - 2 - 2 * (math.isqrt(4 * n - 1) + 1)  # ceil(2 sqrt n), exactly
+
+
+# (shape, X's axis) -> the largest |T(D) - T(D')| over every table of n = 1, 2, ... records and
+# every replacement of one record (exhaustive, `largest_move`).
+LARGEST_MOVES = {
+    ((4,), 0): (0, 0, 0, 0, 0, 0),  # a family without parents
+    ((2, 2), 0): (0, 4, 8, 12, 16, 20, 24, 28, 32, 36),
+    ((2, 3), 0): (0, 4, 8, 12, 16, 20, 24, 28),
+    ((3, 2), 0): (0, 4, 8, 12, 16, 20, 24, 28),
+    ((3, 3), 0): (0, 4, 8, 14, 18, 24, 28, 34, 40),
+    ((3, 4), 0): (0, 4, 8, 14, 18, 24),
+    ((4, 4), 0): (0, 4, 8, 14, 18),
+    ((2, 3, 2), 1): (0, 4, 8, 14, 18),  # X of 3 values, two binary parents: Pi of 4 cells
+    ((2, 2, 3), 0): (0, 4, 8, 12, 16),  # X binary, Pi of 6 cells
+}
+
+
+def _bound_rule(n: int) -> PrivBayesSelection:
+    return PrivBayesSelection().bind(
+        all_kway((3, 3), 1),
+        relation=Neighboring.REPLACE_ONE,
+        n_records=n,
+        rounds=None,
+        noise="discrete",
+        rho_budget=1.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"), list(LARGEST_MOVES), ids=[f"{'x'.join(map(str, s))}-X{a}" for s, a in LARGEST_MOVES]
+)
+def test_the_largest_move_of_dependence_is_exact_over_every_small_table(shape, axis):
+    """Every table of n records and every replacement of one record (exhaustive): the largest
+    |T(D) - T(D')| is pinned, is the proved one (4n - 4 when X or Pi has 2 values, 6n - 2 -
+    2 ceil(2 sqrt n) from 3 and 3 on), and stays under 6n - 6 < 6n + 4, the score sensitivity a
+    bound rule declares for that n (the paper's bound, slack by 2 ceil(2 sqrt n) + 6)."""
+    values = shape[axis]
+    cells = math.prod(shape) // values
+    for n, pinned in enumerate(LARGEST_MOVES[shape, axis], start=1):
+        assert largest_move(shape, axis, n) == pinned, n
+        assert pinned == proved_largest_move(values, cells, n), n
+        assert pinned <= 6 * n - 6 < _bound_rule(n).score_sensitivity == 6 * n + 4
+
+
+def test_the_proved_largest_move_is_reached_for_every_n():
+    """The docstring's neighbours reach 6n - 2 - 2m, m = ceil(2 sqrt n) = min{A + B : AB >= n}:
+    the record alone in its cell (x1, p1), A - 1 more records in row x1 (at p3), B - 1 more in
+    column p1 (at x3), the rest at (x3, p3), row x2 and column p2 empty; it moves to (x2, p2).
+    Through `dependence`, on 3 x 3 tables and on 4 x 5 ones (the spare values empty), up to large n."""
+    for n in [*range(1, 301), 1000, 10**4, 10**6]:
+        m = math.isqrt(4 * n - 1) + 1
+        assert m == min(a + -(-n // a) for a in range(1, min(n, 2000) + 1))  # ceil(2 sqrt n)
+        a, b = m // 2, m - m // 2  # ab = floor(m^2 / 4) >= n
+        before = np.array([[1, 0, a - 1], [0, 0, 0], [b - 1, 0, n + 1 - a - b]])
+        after = before.copy()
+        after[0, 0], after[1, 1] = 0, 1
+        for table, moved in [
+            (before, after),
+            (np.pad(before, ((0, 1), (0, 2))), np.pad(after, ((0, 1), (0, 2)))),
+        ]:
+            assert dependence(moved, 0, n) - dependence(table, 0, n) == proved_largest_move(3, 3, n), n
+            assert dependence(table.T, 1, n) == dependence(table, 0, n)  # X on either axis
 
 
 def test_a_round_scores_each_allowed_family_by_its_dependence(monkeypatch):

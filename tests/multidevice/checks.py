@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp import noise
+from jaxdp import api, noise
 from jaxdp.queries import (
     all_kway,
     exact_plan,
@@ -175,8 +175,14 @@ def test_synthesize_forwards_the_mesh():
         mechanism="mwem", epsilon=1.0, delta=1e-6, key=jax.random.key(5), workload="all-2way", rounds=3
     )
     one = jaxdp.synthesize(data, None, **args)
-    eight = jaxdp.synthesize(data, None, mesh=records_mesh(), **args)
-    assert len(eight.mechanism.classes[0].counts._value.sharding.device_set) == 8
+    built, build = [], api.build
+    api.build = lambda *a, **kw: built.append(build(*a, **kw)) or built[-1]
+    try:
+        eight = jaxdp.synthesize(data, None, mesh=records_mesh(), **args)
+    finally:
+        api.build = build
+    # the built mechanism's counts live on the mesh's 8 devices (the Result keeps them withheld)
+    assert len(built[0].classes[0].counts._value.sharding.device_set) == 8
     np.testing.assert_array_equal(eight.synthetic.codes, one.synthetic.codes)
     assert eight.report["ledger"] == one.report["ledger"]
 

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from jaxdp import noise, selection
-from jaxdp.domain import Domain
+from jaxdp.domain import domain_from_schema
 from jaxdp.mechanisms import rap_plus
 from jaxdp.queries import aim_weights, all_kway, downward_closure
 from jaxdp.selection import GRID_MAX_RECORDS, L1Error, MaxError, QueryError, Rule, SelectionBudget
@@ -42,7 +42,7 @@ STEPS = noise.GRID_STEPS
 WORKLOAD = all_kway((3, 4, 2), 2)  # 3 marginals, 12 + 6 + 8 = 26 cells
 CANDIDATES = downward_closure(all_kway((3, 4, 2, 2), 2))
 NS = (1_000_000, GRID_MAX_RECORDS)
-MIXED_DOMAIN = Domain.from_schema(
+MIXED_DOMAIN = domain_from_schema(
     {
         "columns": {
             "a": {"type": "categorical", "size": 3},
