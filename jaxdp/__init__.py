@@ -40,6 +40,8 @@ from jaxdp.mechanisms import (
     rap_softmax,
 )
 from jaxdp.models import Model, ModelFileError, load_model, model
+from jaxdp.quality import quality as quality_report
+from jaxdp.synthesizer import Synthesizer
 from jaxdp.types import Neighboring, Sensitive
 
 # Silent unless the application configures logging (the command line does: progress on stderr).
@@ -67,6 +69,7 @@ __all__ = [
     "Result",
     "RunResult",
     "Sensitive",
+    "Synthesizer",
     "__version__",
     "accounting",
     "adaptive",
@@ -96,6 +99,7 @@ __all__ = [
     "pep_pub",
     "pmw_pub",
     "privbayes",
+    "quality_report",
     "queries",
     "rap",
     "rap_plus_plus",

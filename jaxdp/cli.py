@@ -1,4 +1,5 @@
-"""Command line: `python -m jaxdp synth ...` and `python -m jaxdp evaluate ...`.
+"""Command line: `python -m jaxdp synth ...`, `evaluate ...`, and the verbs after a release,
+`sample`, `report` and `schema` (`jaxdp.cli_model`).
 
 Every failure is one line on stderr and a non-zero exit; no output file is written unless the
 whole run succeeded (outputs are written atomically at the end).
@@ -19,16 +20,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import jax
 import numpy as np
 
-from jaxdp import _compile_cache, api, datasets, keys
+from jaxdp import _compile_cache, api, cli_model, datasets, keys
 from jaxdp._io import atomic_open
 from jaxdp._version import __version__
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError
 from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.binning import DEFAULT_BINNING_SHARE
 from jaxdp.checkpoint import DEFAULT_EVERY, Checkpoint, digest, mechanism_fingerprint
+from jaxdp.cli_model import CommandError
 from jaxdp.domain import (
     DataError,
     Dataset,
@@ -44,7 +45,9 @@ from jaxdp.domain import (
 )
 from jaxdp.evaluate import best_mixture_error, workload_errors
 from jaxdp.families.compression import Compression
+from jaxdp.models import load_model
 from jaxdp.noise import NOISES
+from jaxdp.quality import coded
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Neighboring
 
@@ -88,16 +91,10 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"rounds T of adaptive mechanisms (default {DEFAULT_ROUNDS}, at most the marginals)",
     )
     synth.add_argument("--public", help="public CSV over the same domain (pmw-pub, pep-pub)")
-    synth.add_argument(
-        "--seed",
-        type=int,
-        help="make the run reproducible bit for bit; without it the key comes from OS entropy. "
+    _add_key_args(
+        synth,
         "Anyone who knows the seed can regenerate the noise: do not use one for a real release",
-    )
-    synth.add_argument(
-        "--key-file",
-        help="read the root key from FILE, or create FILE (owner-only) with a fresh secure key if it "
-        "does not exist: a resumable release without a guessable seed. As secret as the data",
+        "a resumable release without a guessable seed. As secret as the data",
     )
     synth.add_argument(
         "--checkpoint",
@@ -163,15 +160,40 @@ def _build_parser() -> argparse.ArgumentParser:
         "--errors",
         help="error report JSON against the real data; NOT private: for the data holder only",
     )
+    synth.add_argument(
+        "--model",
+        help="save the release's model to FILE (owner-only; safe to publish: no private value in it) "
+        "to sample again later (`sample --model FILE`) without spending privacy",
+    )
+    synth.add_argument(
+        "--marginals",
+        help="the model's measured marginals (noisy counts, their noise's standard deviation) and its "
+        "workload answers (with their error bounds where the mechanism has them) as CSV",
+    )
 
     ev = sub.add_parser("evaluate", help="errors of a synthetic table against the real one")
     ev.add_argument("--real", help="real CSV (with --domain), or use --dataset")
     ev.add_argument("--dataset", choices=datasets.NAMES, help="bundled real dataset")
     ev.add_argument("--synth", required=True, help="synthetic CSV")
     ev.add_argument("--domain", help="domain or schema JSON")
+    ev.add_argument("--model", help="the release's model: score a schema's numeric columns on its bins")
     ev.add_argument("--workload", default="all-3way", help="all-Kway, a shipped workload or a JSON file")
     _add_cache_arg(ev)
+    cli_model.add_commands(sub, _add_key_args, _add_cache_arg)
     return parser
+
+
+def _add_key_args(p: argparse.ArgumentParser, seed_note: str, key_file_note: str = "") -> None:
+    p.add_argument(
+        "--seed",
+        type=int,
+        help=f"make the run reproducible bit for bit; without it the key comes from OS entropy. {seed_note}",
+    )
+    p.add_argument(
+        "--key-file",
+        help="read the root key from FILE, or create FILE (owner-only) with a fresh secure key if it "
+        f"does not exist{': ' + key_file_note if key_file_note else ''}",
+    )
 
 
 def _add_cache_arg(p: argparse.ArgumentParser) -> None:
@@ -288,7 +310,7 @@ def _synth(args: argparse.Namespace) -> None:
         raise CLIError("--seed must be in [0, 2^32): jax.random.key keeps 32 bits of it")
     _check_checkpoint_args(args)
     compress = _compression(args.compress, args.mechanism, spec.compression)
-    _check_writable(args.out, args.report, args.errors)
+    _check_writable(args.out, args.report, args.errors, args.model, args.marginals)
     started = time.perf_counter()
     if (args.public is not None) != spec.public:
         public_users = ", ".join(n for n, s in MECHANISMS.items() if s.public)
@@ -296,10 +318,7 @@ def _synth(args: argparse.Namespace) -> None:
     relation = api.mechanism_relation(args.mechanism, args.relation)
     raw = _load_input(args.dataset, args.data, args.domain, args.schema)
     public = _load_public(args.public, raw) if args.public is not None else None
-    if args.seed is not None:
-        key = jax.random.key(args.seed)
-    else:
-        key = keys.key_file(args.key_file) if args.key_file is not None else keys.secure_root_key()
+    key = cli_model.key_of(args)
     inputs = api.prepare_inputs(
         args.mechanism,
         raw,
@@ -395,11 +414,15 @@ def _synth(args: argparse.Namespace) -> None:
         if inputs.public is not None:
             errors["best_mixture_error"] = best_mixture_error(data, inputs.public, workload)
         outputs[args.errors] = json.dumps(errors, indent=2) + "\n"
+    if args.marginals:
+        outputs[args.marginals] = _csv_text(write_columns, result.model.marginals())
     if release is not None:  # before any output: the key file's key is spent on this release
         keys.record_release(args.key_file, release)
     for path, text in outputs.items():
         with atomic_open(path) as fh:
             fh.write(text)
+    if args.model:
+        result.model.save(args.model)
     if checkpoint is not None and not args.keep_checkpoint:
         checkpoint.remove()
     print(
@@ -425,19 +448,32 @@ def _answers_csv(workload: MarginalWorkload, domain: Domain, answers: np.ndarray
 
 
 def _evaluate(args: argparse.Namespace) -> None:
+    """The workload's errors; a table schema's every column scored, numeric ones on the release's
+    bins (`--model`) or the schema's declared ones (the output says which)."""
+    scored = {}
     if args.dataset is not None:
         if args.real is not None:
             raise CLIError("give --real or --dataset, not both")
         real = datasets.load(args.dataset)
         domain = real.domain if args.domain is None else load_domain(args.domain)
+        synthetic = read_csv(args.synth, domain)
     else:
         if args.real is None or args.domain is None:
             raise CLIError("evaluate needs --real FILE with --domain FILE (or --dataset NAME)")
-        domain = load_domain(args.domain)
-        real = read_csv(args.real, domain)
-    synthetic = read_csv(args.synth, domain)
-    workload = _workload(args.workload, domain)
-    print(json.dumps(workload_errors(real, synthetic, workload)))
+        declared = load_declaration(args.domain, "domain")
+        if isinstance(declared, TableSchema):
+            model = load_model(args.model) if args.model else None
+            real, synthetic, how = coded(
+                read_table(args.real, declared),
+                read_table(args.synth, declared),
+                declared,
+                model.coding if model is not None else None,
+            )
+            scored = {"numeric_columns": how}
+        else:
+            real, synthetic = read_csv(args.real, declared), read_csv(args.synth, declared)
+    workload = _workload(args.workload, real.domain)
+    print(json.dumps({**workload_errors(real, synthetic, workload), **scored}))
 
 
 class _StderrHandler(logging.Handler):
@@ -470,9 +506,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _log_to_stderr():
             if args.command == "synth":
                 _synth(args)
-            else:
+            elif args.command == "evaluate":
                 _evaluate(args)
-    except (CLIError, DataError, BudgetExceededError, ValueError, TypeError, OSError) as err:
+            elif args.command == "sample":
+                cli_model.sample(args, cli_model.key_of(args))
+            elif args.command == "report":
+                cli_model.report(args)
+            else:
+                cli_model.schema(args)
+    except (CLIError, CommandError, DataError, BudgetExceededError, ValueError, TypeError, OSError) as err:
         if os.environ.get("JAXDP_DEBUG"):
             raise
         print(f"jaxdp: error: {err}", file=sys.stderr)

@@ -169,6 +169,8 @@ def _categories(column: CategoricalColumn | Categorical, wanted: Any) -> list[in
                 f"its categories: {list(labels)}" if labels is not None else f"codes 0..{column.size - 1}"
             )
             raise ValueError(f"where: {column.name!r} has no category {value!r} ({allowed})")
+    if not out:
+        raise ValueError(f"where: {column.name!r} names no value")
     return sorted(set(out))
 
 

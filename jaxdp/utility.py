@@ -44,7 +44,7 @@ def fit_logistic(
 
     def loss(params):
         w, b = params
-        logits = x @ w + b
+        logits = x @ w + b[None, :]
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean() + l2 * jnp.sum(w**2)
 
     optimizer = optax.adam(learning_rate)
@@ -62,6 +62,11 @@ def fit_logistic(
 
     init = (jnp.zeros((x.shape[1], n_classes), jnp.float32), jnp.zeros(n_classes, jnp.float32))
     return train(init)
+
+
+def predict(w: jax.Array, b: jax.Array, x: np.ndarray) -> np.ndarray:
+    """(n,) int the most likely class of each row of `x` under the fitted regression."""
+    return np.asarray(jnp.argmax(jnp.asarray(x) @ w + b[None, :], axis=1))
 
 
 def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> float:
@@ -83,5 +88,5 @@ def logistic_f1(train: Dataset, test: Dataset, target: str, **fit_options) -> fl
     x, y = features(train, target)
     w, b = fit_logistic(x, y, n_classes, **fit_options)
     x_test, y_test = features(test, target)
-    predicted = np.asarray(jnp.argmax(jnp.asarray(x_test) @ w + b, axis=1))
+    predicted = predict(w, b, x_test)
     return macro_f1(y_test, predicted, n_classes)

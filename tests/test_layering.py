@@ -56,9 +56,13 @@ FLOORS = {
     "jaxdp.execution": 12,
     "jaxdp.inputs": 12,
     "jaxdp.api": 13,
-    "jaxdp.cli": 14,
-    "jaxdp.__main__": 15,
-    "jaxdp": 16,  # the package's __init__: its public face, above everything it re-exports
+    "jaxdp.quality": 9,
+    "jaxdp.quality_html": 1,
+    "jaxdp.cli_model": 14,
+    "jaxdp.synthesizer": 14,
+    "jaxdp.cli": 15,
+    "jaxdp.__main__": 16,
+    "jaxdp": 17,  # the package's __init__: its public face, above everything it re-exports
 }
 
 

@@ -24,6 +24,7 @@ def test_there_are_notebooks():
         "02_functional_core.ipynb",
         "03_accelerators.ipynb",
         "04_epsilon_sweep.ipynb",
+        "05_release_workflow.ipynb",
     ]
 
 
@@ -93,14 +94,15 @@ def test_the_install_cell_stops_without_a_source(path, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_runs_at_smoke_size(path, monkeypatch):
+def test_runs_at_smoke_size(path, monkeypatch, tmp_path):
     monkeypatch.setenv("JAXDP_SMOKE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    # The kernel imports this checkout's jaxdp (the notebook's cwd is the repository root).
+    # The kernel imports this checkout's jaxdp; it runs in a folder of its own, where a notebook
+    # writes its files (a model, a report), not in the checkout.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": ROOT}}
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
     )
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]

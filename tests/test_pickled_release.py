@@ -1,9 +1,10 @@
 """What a user is handed holds no private value: every public return value pickles without the
-table (DESIGN.md section 12).
+table, and every release's saved model is written without it (DESIGN.md section 12).
 
-A user keeps a release by pickling it. These tests plant a private table whose values cannot
-appear by chance, run every registry mechanism on it through `synthesize`, `run` and `run_many`,
-pickle what each returns, and scan the bytes for the table: its records, the true counts and
+A user keeps a release by pickling it, or by saving its model. These tests plant a private table
+whose values cannot appear by chance, run every registry mechanism on it through `synthesize`,
+`run` and `run_many`, pickle what each returns and save the release's model (checking that it
+samples the release again after a load), and scan the bytes for the table: its records, the true counts and
 fractions of the workload and of every candidate marginal the mechanism holds, and the values of
 every `Sensitive` leaf of the mechanism as built (`tests/_needles.py`: windows of each array in
 every encoding a copy would take). A `Sensitive` value itself refuses to be pickled, and under
@@ -93,11 +94,17 @@ def _returned(name: str, data: Dataset) -> dict[str, object]:
     }
 
 
-def _check(name: str) -> None:
+def _check(name: str, tmp_path) -> None:
     data = _planted()
     returned = _returned(name, data)
     private = _private_needles(data, returned["mechanism"])
     pickles = {what: pickle.dumps(value) for what, value in returned.items() if what != "mechanism"}
+    result = returned["synthesize"]
+    pickles["saved model"] = result.model.save(tmp_path / "model.jaxdp").read_bytes()
+    if result.answers is None:  # the model samples the release again, after a save and a load
+        again = jaxdp.load_model(tmp_path / "model.jaxdp").sample(jax.random.key(3))
+        np.testing.assert_array_equal(again.codes, result.synthetic.codes)
+        np.testing.assert_array_equal(again.numeric, result.synthetic.numeric)
     for kind, found in private.items():
         assert found_in(pickles, found) == [], f"{name}: a pickled return value holds private {kind}"
     kept = returned["synthesize"].mechanism
@@ -112,14 +119,14 @@ def _check(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", QUICK)
-def test_pickled_releases_hold_no_private_value(name):
-    _check(name)
+def test_pickled_releases_and_saved_models_hold_no_private_value(name, tmp_path):
+    _check(name, tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in api.MECHANISMS if n not in QUICK])
-def test_every_mechanisms_pickled_releases_hold_no_private_value(name):
-    _check(name)
+def test_every_mechanisms_pickled_releases_and_saved_model_hold_no_private_value(name, tmp_path):
+    _check(name, tmp_path)
 
 
 def test_a_pickled_table_is_caught():

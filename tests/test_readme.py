@@ -13,11 +13,35 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_python_example_runs(capsys):
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    text = README.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text[text.index("## Python API") :], flags=re.S)
     assert blocks, "README has no python example"
     exec(compile(blocks[0], "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "<=" in out and "mean_l1" in out
+
+
+def test_the_release_workflow_runs_as_written(tmp_path, monkeypatch):
+    """ "Keep the model": the shell commands, each a fresh process, then the Python example; the
+    subgroup meets its condition and the report's page is written."""
+    section = README.read_text()[README.read_text().index("### Keep the model") :]
+    commands = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1).strip().splitlines()
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[:3] == ["python", "-m", "jaxdp"]
+        env = cli_env(tmp_path / "cache")
+        done = subprocess.run(
+            [sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    women = (tmp_path / "women.csv").read_text().splitlines()
+    header = women[0].split(",")
+    assert len(women) == 100_001 and {row.split(",")[header.index("sex")] for row in women[1:]} == {"0"}
+    assert "Not private." in (tmp_path / "report.html").read_text()
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(_section_code("Keep the model"), "README.md", "exec"), namespace)
+    assert set(namespace["women"].codes[:, 4]) == {0} and (tmp_path / "model.jaxdp").exists()
 
 
 def test_readme_names_the_test_commands_ci_runs():
