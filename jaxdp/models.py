@@ -22,6 +22,8 @@ rows). A `where` condition (`jaxdp.conditions`) is met exactly where the family 
   (`pgm.conditioned`), and the rest of each record is sampled from the model's conditional by the
   release's own sampler (merged values of a compressed attribute spread in proportion to their
   share under the condition; a numeric range drawn within its bins' part of the range);
+- histograms (MWEM, PEP, PMW-Pub, PEP-Pub): the output distribution restricted to the points
+  that meet the condition (`Family.conditioned`), renormalised, and sampled as the release is;
 - every other family: rejection. Batches of the model's release are drawn from keys folded from
   the sample's key and the records that meet the condition are kept, so the records follow the
   model's conditional up to the release's rounding; a condition on which fewer than

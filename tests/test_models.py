@@ -263,12 +263,35 @@ def test_a_condition_outside_the_schema_is_refused_by_name(released, where, mess
         released[1].model.sample(jax.random.key(0), where=where)
 
 
-def test_a_family_without_an_exact_conditional_samples_by_rejection():
-    """PEP (a histogram) samples by rejection: every record meets the condition; a condition
-    below the acceptance floor is refused, naming the floor."""
+def test_a_histogram_conditions_exactly():
+    """PEP (a histogram over the whole domain): the conditioned output distribution is the
+    restriction of the unconditioned one, renormalised (its 2-way answers, to float32 rounding),
+    and every record of the conditional release meets the condition."""
     data = jaxdp.datasets.load("adult-reduced")
-    mechanism = api.build("pep", data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-9)
+    workload = all_kway(data.domain.sizes, 2)
+    mechanism = api.build("pep", data, workload, epsilon=1.0, delta=1e-9)
     model = jaxdp.model(mechanism, jaxdp.run(mechanism, jax.random.key(0)).state, domain=data.domain)
+    weight = np.array([1.0, 0.0, 1.0, 0.0, 0.0])  # race 0 or 2
+    state, probability = model.mechanism.conditioned(model.state, {3: weight})
+    before = np.asarray(model.mechanism.relaxed_answers(model.state), np.float64)
+    after = np.asarray(model.mechanism.relaxed_answers(state), np.float64)
+    pair = workload.cliques.index((3, 4))  # race x sex
+    cells = slice(workload.offsets[pair], workload.offsets[pair] + workload.cells[pair])
+    expected = before[cells].reshape(5, 2) * weight[:, None]
+    assert probability == pytest.approx(expected.sum(), rel=1e-5)
+    np.testing.assert_allclose(after[cells].reshape(5, 2), expected / probability, atol=1e-6)
+    records = model.sample(jax.random.key(1), rows=3000, where={"race": [0, 2]})
+    assert len(records) == 3000 and set(np.unique(records.codes[:, 3])) <= {0, 2}
+
+
+def test_a_family_without_an_exact_conditional_samples_by_rejection():
+    """Independent (a product of noisy 1-way marginals, no exact conditional here) samples by
+    rejection: every record meets the condition; a condition below the acceptance floor is
+    refused, naming the floor."""
+    data = jaxdp.datasets.load("adult-reduced")
+    mechanism = api.build("independent", data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-9)
+    model = jaxdp.model(mechanism, jaxdp.run(mechanism, jax.random.key(0)).state, domain=data.domain)
+    assert model.mechanism.conditioned(model.state, {4: np.array([0.0, 1.0])}) is None
     records = model.sample(jax.random.key(1), rows=3000, where={"sex": 1, "race": [0, 1]})
     assert len(records) == 3000
     assert set(np.unique(records.codes[:, 4])) == {1} and set(np.unique(records.codes[:, 3])) <= {0, 1}

@@ -107,6 +107,16 @@ class DenseSupport:
         """(rows, n_attributes) int32 codes of support points."""
         return jnp.stack(jnp.unravel_index(index, self.workload.sizes), axis=1).astype(jnp.int32)
 
+    def point_weights(self, weights: dict[int, np.ndarray]) -> np.ndarray:
+        """(n_support,) float64 each point's product of its values' weights (host code)."""
+        sizes = self.workload.sizes
+        out = np.ones(sizes)
+        for a, weight in weights.items():
+            out = out * np.asarray(weight, np.float64).reshape(
+                [sizes[a] if b == a else 1 for b in range(len(sizes))]
+            )
+        return out.reshape(-1)
+
 
 @pytree_dataclass
 class PublicSupport:
@@ -149,6 +159,14 @@ class PublicSupport:
 
     def records(self, index: Array) -> Array:
         return self.codes[index]
+
+    def point_weights(self, weights: dict[int, np.ndarray]) -> np.ndarray:
+        """(n_support,) float64 each public record's product of its values' weights (host code)."""
+        codes = np.asarray(self.codes)
+        out = np.ones(len(codes))
+        for a, weight in weights.items():
+            out = out * np.asarray(weight, np.float64)[codes[:, a]]
+        return out
 
 
 def probabilities(log_weights: Array) -> Array:

@@ -14,6 +14,7 @@ import dataclasses
 from typing import ClassVar, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdp import _checks
 from jaxdp.domain import DataError, Dataset, Domain
@@ -155,6 +156,21 @@ class _Histogram(Family):
     def release(self, model: HistogramModel, key: Key, rows: int) -> Array:
         """(rows, n_attributes) int32 records drawn from the output distribution."""
         return self.support.records(sample_support(key, self.distribution(model), rows))
+
+    def conditioned(
+        self, model: HistogramModel, weights: dict[int, np.ndarray]
+    ) -> tuple[HistogramModel, float]:
+        """The output distribution restricted to the evidence (each support point weighed by its
+        values' weights) and renormalised: exact."""
+        point = self.support.point_weights(weights)
+        p = np.asarray(self.distribution(model), np.float64)
+        probability = float(p @ point)
+        if self.output == "last":
+            with np.errstate(divide="ignore"):
+                shift = np.log(point).astype(np.float32)
+            return model._replace(log_weights=model.log_weights + jnp.asarray(shift)), probability
+        restricted = p * point / probability if probability > 0 else p * point
+        return model._replace(average=jnp.asarray(restricted, model.average.dtype)), probability
 
 
 @pytree_dataclass

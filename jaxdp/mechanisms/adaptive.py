@@ -261,6 +261,24 @@ class Adaptive:
             raise ValueError(f"{self.name}: under add-remove give rows (the family cannot estimate them)")
         return rows
 
+    def conditioned(
+        self, state: AdaptiveState, weights: dict[int, Any]
+    ) -> tuple[AdaptiveState, float] | None:
+        """(the state whose release is this one's conditional given evidence, its probability),
+        where the family has an exact conditional (`Family.conditioned`: the histograms) and
+        releases unpolished records; None otherwise (a saved model samples by rejection).
+
+        Privacy:
+            Post-processing of the released state only.
+        """
+        if self._polishes or self.family.releases != "records":
+            return None
+        out = self.family.conditioned(state.model, weights)
+        if out is None:
+            return None
+        model, probability = out
+        return state._replace(model=model), probability
+
     def release(self, state: AdaptiveState, key: Key, rows: int | None = None) -> Any:
         """The family's release: (rows, n_attributes) int32 records sampled from the output
         distribution (rows default: n under replace-one), then, for a `polished` family, each
