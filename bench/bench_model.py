@@ -8,7 +8,8 @@ Records (JSON lines, `bench/_common.py`): `model_files` (the first release's who
 `--model`, the file's size, a load's seconds), `model_sample` (whole `python -m jaxdp sample`
 processes: plain and `--where`, at each row count), `model_sample_in_process` (one process: a
 row count's first call, compile included, and its second; the programs a new row count builds),
-`quality_report` (whole `python -m jaxdp report --html` on raw Adult, when ../shared is there).
+`quality_report` (whole `python -m jaxdp report --html` on raw Adult's AIM release, all 2-way
+marginals, when ../shared is there; `--report-only` runs it alone).
 """
 
 from __future__ import annotations
@@ -55,8 +56,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[48842, 1_000_000])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--where", default="sex=0", help="the subgroup's condition")
+    parser.add_argument("--report-only", action="store_true", help="only the quality report's record")
     args = parser.parse_args()
     recorder = Recorder(args.out)
+    if args.report_only:
+        _report(recorder, Path(tempfile.mkdtemp(prefix="jaxdp-bench-model-")), args.repeats)
+        return
     work = Path(tempfile.mkdtemp(prefix="jaxdp-bench-model-"))
     model, first = work / "adult.jaxdp", work / "first.csv"
     synth = [
