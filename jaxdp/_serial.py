@@ -21,6 +21,8 @@ import enum
 import hashlib
 import importlib
 import json
+import os
+import zipfile
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -179,6 +181,32 @@ def read_zip(fh: IO[bytes]) -> tuple[dict, list[np.ndarray]]:
     if not isinstance(manifest, dict):
         raise ValueError("no manifest")
     return manifest, [members.pop(f"array{i}") for i in range(len(members))]
+
+
+class UnreadableFile(ValueError):
+    """A file `read_path` cannot read, with a one-line reason that names it."""
+
+
+def read_path(path: str | os.PathLike, what: str) -> tuple[dict, list[np.ndarray]]:
+    """(manifest, arrays) of the file at `path` (`what` names it in messages: "model").
+
+    Raises:
+        UnreadableFile: it cannot be opened, is cut off or not such a file (a cut-off zip loses
+            its directory, at the end), or its bytes changed since it was written (they fail
+            their CRC or the checksum).
+    """
+    shown = str(path)
+    try:
+        with open(path, "rb") as fh:
+            return read_zip(fh)
+    except OSError as err:
+        raise UnreadableFile(f"cannot read {what} {shown!r}: {err.strerror or err}") from None
+    except (EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile, UnicodeDecodeError):
+        if zipfile.is_zipfile(path):
+            raise UnreadableFile(
+                f"{what} {shown!r} is corrupt: its bytes changed since it was written"
+            ) from None
+        raise UnreadableFile(f"{what} {shown!r} is truncated, or not a {what}") from None
 
 
 def _checksum(members: Mapping[str, np.ndarray]) -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ import jax
 import numpy as np
 
 from jaxdp._io import TEMPORARY_SUFFIX, atomic_open
-from jaxdp._serial import decode, digest, encode, read_zip, write_zip
+from jaxdp._serial import UnreadableFile, decode, digest, encode, read_path, write_zip
 from jaxdp._version import __version__
 from jaxdp.keys import Stream, stream_key
 from jaxdp.types import Key
@@ -228,18 +227,10 @@ class Checkpoint:
     def _read(self, shown: str) -> tuple[dict, list[np.ndarray]]:
         """The manifest and arrays of the file, checked for integrity and shape."""
         try:
-            with open(self.path, "rb") as fh:
-                manifest, arrays = read_zip(fh)
-        except OSError as err:
-            raise CheckpointError(f"cannot read checkpoint {shown!r}: {err.strerror or err}") from None
-        except (EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile, UnicodeDecodeError):
-            # A cut-off zip loses its directory, at the end; changed bytes fail their CRC or checksum.
-            what = (
-                "corrupt: its bytes changed since it was written"
-                if zipfile.is_zipfile(self.path)
-                else "truncated, or not a checkpoint"
-            )
-            raise CheckpointError(f"checkpoint {shown!r} is {what}; delete it to start afresh") from None
+            manifest, arrays = read_path(self.path, "checkpoint")
+        except UnreadableFile as err:
+            fix = "" if str(err).startswith("cannot read") else "; delete it to start afresh"
+            raise CheckpointError(f"{err}{fix}") from None
         valid = (
             isinstance(manifest.get("fingerprint"), dict)
             and all(isinstance(v, str) for v in manifest["fingerprint"].values())

@@ -172,11 +172,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     ev = sub.add_parser("evaluate", help="errors of a synthetic table against the real one")
-    ev.add_argument("--real", help="real CSV (with --domain), or use --dataset")
-    ev.add_argument("--dataset", choices=datasets.NAMES, help="bundled real dataset")
-    ev.add_argument("--synth", required=True, help="synthetic CSV")
+    cli_model.add_judged_tables(ev, "--domain")
     ev.add_argument("--domain", help="domain or schema JSON")
-    ev.add_argument("--model", help="the release's model: score a schema's numeric columns on its bins")
     ev.add_argument("--workload", default="all-3way", help="all-Kway, a shipped workload or a JSON file")
     _add_cache_arg(ev)
     cli_model.add_commands(sub, _add_key_args, _add_cache_arg)

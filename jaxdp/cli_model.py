@@ -71,14 +71,9 @@ def add_commands(sub, add_key_args, add_cache_arg) -> None:
     add_cache_arg(sample)
 
     report = sub.add_parser("report", help="judge a synthetic table against the real one (NOT private)")
-    report.add_argument("--real", help="real CSV (with --schema or --domain), or use --dataset")
-    report.add_argument("--dataset", choices=datasets.NAMES, help="bundled real dataset")
-    report.add_argument("--synth", required=True, help="synthetic CSV")
+    add_judged_tables(report, "--schema or --domain")
     report.add_argument("--schema", help="schema JSON (the columns form)")
     report.add_argument("--domain", help="domain JSON (sizes form)")
-    report.add_argument(
-        "--model", help="the release's model: score the workload on the bins it was made with"
-    )
     report.add_argument(
         "--target", help="the column the utility test predicts (default: the schema's target)"
     )
@@ -96,6 +91,15 @@ def add_commands(sub, add_key_args, add_cache_arg) -> None:
     schema.add_argument("--target", help="a categorical column to name as the schema's target")
     schema.add_argument("--out", help="schema JSON (default: standard output)")
     add_cache_arg(schema)
+
+
+def add_judged_tables(p: argparse.ArgumentParser, declared_by: str) -> None:
+    """The real and synthetic tables a judging verb (`evaluate`, `report`) reads, and the model
+    whose bins it may score on."""
+    p.add_argument("--real", help=f"real CSV (with {declared_by}), or use --dataset")
+    p.add_argument("--dataset", choices=datasets.NAMES, help="bundled real dataset")
+    p.add_argument("--synth", required=True, help="synthetic CSV")
+    p.add_argument("--model", help="the release's model: score numeric columns on the bins it was made with")
 
 
 def sample(args: argparse.Namespace, key) -> None:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ import numpy as np
 
 from jaxdp import _checks, contract
 from jaxdp._io import atomic_open
-from jaxdp._serial import decode, encode, read_zip, write_zip
+from jaxdp._serial import UnreadableFile, decode, encode, read_path, write_zip
 from jaxdp._version import __version__
 from jaxdp.coding import TableCoding
 from jaxdp.conditions import Condition, condition
@@ -288,17 +287,9 @@ def load_model(path: str | os.PathLike) -> Model:
     """
     shown = str(path)
     try:
-        with open(path, "rb") as fh:
-            manifest, arrays = read_zip(fh)
-    except OSError as err:
-        raise ModelFileError(f"cannot read model {shown!r}: {err.strerror or err}") from None
-    except (EOFError, KeyError, ValueError, TypeError, zipfile.BadZipFile, UnicodeDecodeError):
-        what = (
-            "corrupt: its bytes changed since it was written"
-            if zipfile.is_zipfile(path)
-            else "truncated, or not a model"
-        )
-        raise ModelFileError(f"model {shown!r} is {what}") from None
+        manifest, arrays = read_path(path, "model")
+    except UnreadableFile as err:
+        raise ModelFileError(str(err)) from None
     if manifest.get("format") != FORMAT:
         raise ModelFileError(f"{shown!r} is not a jaxdp model file")
     if manifest.get("format_version") != FORMAT_VERSION:
