@@ -1,13 +1,13 @@
 """Trees as JSON and arrays, in a checksummed zip that runs no code when it is read: the one
-file format of checkpoints (`jaxdp.checkpoint`) and saved models (`jaxdp.model`).
+file format of checkpoints (`jaxdp.checkpoint`) and saved models (`jaxdp.models`).
 
 A tree is made of None, bools, strings, Python and NumPy scalars, NumPy and JAX arrays, tuples,
-lists, dicts, frozensets, enums, NamedTuples and dataclasses; a `Withheld` placeholder keeps its
-shapes. Types are kept exactly (a NumPy float64 and a Python float round differently against
-float32 arrays; a JAX array comes back as one). A type is named `module:qualname` and read back
-by import from the trusted packages only (jaxdp's own, and optax's and flax's NamedTuples for an
-optimiser's state); a dataclass is rebuilt field by field without calling its `__init__`, so a
-file can make only objects jaxdp already defines, with the fields it wrote.
+lists, dicts, frozensets, enums, NamedTuples and dataclasses, and `Withheld` placeholders. Types
+are kept exactly (a NumPy float64 and a Python float round differently against float32 arrays; a
+JAX array comes back as one). A type is named `module:qualname` and read back by import from the
+trusted packages only (jaxdp's own, and optax's and flax's NamedTuples for an optimiser's state),
+defined in the module named; a dataclass is rebuilt field by field without calling its
+`__init__`, so a file can make only objects those packages define, with the fields it wrote.
 
 The container is NumPy's zip of arrays with `allow_pickle=False`: a JSON manifest, the arrays as
 raw bytes, and a SHA-256 checksum over both, so that a cut-off, changed or foreign file is told
@@ -76,7 +76,7 @@ def encode(node: Any, arrays: list[np.ndarray]) -> Any:
         arrays.append(np.ascontiguousarray(array.reshape(-1)).view(np.uint8))
         return {kind: len(arrays) - 1, "dtype": array.dtype.name, "shape": list(array.shape)}
     if isinstance(node, Withheld):
-        return {"withheld": encode(node.shapes, arrays)}
+        return {"withheld": None}
     if isinstance(node, tuple) and hasattr(node, "_fields"):
         return {"namedtuple": _name(type(node)), "fields": [encode(x, arrays) for x in node]}
     if isinstance(node, tuple | list):
@@ -107,7 +107,7 @@ def decode(node: Any, arrays: list[np.ndarray]) -> Any:
             return array[()]
         return jnp.asarray(array) if kind == "jax" else array.copy()
     if kind == "withheld":
-        return Withheld(decode(value, arrays))
+        return Withheld()
     if kind == "enum":
         return _trusted(value, TRUSTED_MODULES, enum.Enum)(decode(extra["value"], arrays))
     if kind == "namedtuple":
@@ -148,8 +148,15 @@ def _trusted(name: str, modules: tuple[str, ...], base: type) -> type:
     cls: Any = importlib.import_module(module)
     for part in qualname.split("."):
         cls = getattr(cls, part)
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ValueError(f"{name!r} is not a {base.__name__}")
+    # the class itself must be defined there: an attribute path through a module the trusted
+    # one imported (jax's, the standard library's) names a class from elsewhere
+    if not (
+        isinstance(cls, type)
+        and issubclass(cls, base)
+        and cls.__module__ == module
+        and cls.__qualname__ == qualname
+    ):
+        raise ValueError(f"{name!r} is not a {base.__name__} of the trusted packages")
     return cls
 
 

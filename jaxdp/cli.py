@@ -384,7 +384,7 @@ def _synth(args: argparse.Namespace) -> None:
         workload = api.measured_workload(mech, workload)
         args.workload = "feature x feature x target"
 
-    outputs: dict[str, str] = {}
+    outputs: dict[str, str | bytes] = {}
     if result.answers is not None:
         outputs[args.out] = _answers_csv(workload, data.domain, result.answers)
         print(
@@ -413,13 +413,13 @@ def _synth(args: argparse.Namespace) -> None:
         outputs[args.errors] = json.dumps(errors, indent=2) + "\n"
     if args.marginals:
         outputs[args.marginals] = _csv_text(write_columns, result.model.marginals())
+    if args.model:
+        outputs[args.model] = result.model.to_bytes()
     if release is not None:  # before any output: the key file's key is spent on this release
         keys.record_release(args.key_file, release)
-    for path, text in outputs.items():
-        with atomic_open(path) as fh:
-            fh.write(text)
-    if args.model:
-        result.model.save(args.model)
+    for path, content in outputs.items():
+        with atomic_open(path, "wb" if isinstance(content, bytes) else "w") as fh:
+            fh.write(content)
     if checkpoint is not None and not args.keep_checkpoint:
         checkpoint.remove()
     print(

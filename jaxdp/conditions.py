@@ -6,10 +6,13 @@ A condition names columns and, for each, what a record must hold there:
 - a categorical column: a label (or a code, for a column without labels), or a list of them;
   None for the empty cell of a nullable column;
 - a numeric column: a closed range `(lower, upper)` in the table's units, a single whole number
-  for an integer column, or None for the empty cell. A range is read as `lower <= value <= upper`.
+  for an integer column, None for the empty cell, or `[(lower, upper), None]` for either. A
+  range is read as `lower <= value <= upper`.
 
 Strings are read as the command line gives them (`--where sex=Female`, `--where age=30:40`,
-`--where race=White,Black`; an empty value is the empty cell). A column, label or range outside
+`--where race=White,Black`; an empty value is the empty cell: `--where income=0:1000,` is the
+range or the empty cell). A label holding a comma is read whole, but cannot be listed with
+another in one string (give a list from Python). A column, label or range outside
 the schema is refused by name: the schema is public, so the message may list what it allows.
 
 `Condition.weights` is the condition over the coded domain the mechanism fitted: per coded
@@ -146,7 +149,7 @@ def _listed(wanted: Any, labels: tuple[str, ...] | None) -> list:
             return [wanted]
         return [None if w == "" else w for w in wanted.split(",")]
     if isinstance(wanted, Iterable):
-        return list(wanted)
+        return [None if w == "" else w for w in wanted]
     return [wanted]
 
 
@@ -184,21 +187,43 @@ def _is_code(value: Any, size: int) -> bool:
 
 
 def _numeric(column: NumericColumn, wanted: Any) -> tuple[tuple[float, float] | None, bool]:
-    """(the closed range, whether the empty cell is allowed) of a numeric condition."""
-    if wanted is None or (isinstance(wanted, str) and wanted == ""):
-        if not column.nullable:
-            raise ValueError(f"where: {column.name!r} has no empty cells (it is not nullable)")
-        return None, True
+    """(the closed range, whether the empty cell is allowed) of a numeric condition: a range, a
+    whole number, None (the empty cell), or a list of one range and None (either)."""
+    items = _numeric_items(wanted)
+    empty = any(item is None for item in items)
+    spans = [item for item in items if item is not None]
+    if empty and not column.nullable:
+        raise ValueError(f"where: {column.name!r} has no empty cells (it is not nullable)")
+    if len(spans) > 1:
+        raise ValueError(
+            f"where: {column.name!r} takes one range (and the empty cell, None), got {len(spans)}"
+        )
+    if not spans:
+        return None, empty
+    return _span(column, spans[0]), empty
+
+
+def _numeric_items(wanted: Any) -> list:
+    """A numeric condition's parts: None for the empty cell, else a range's numbers (one or two)."""
+    if wanted is None:
+        return [None]
     if isinstance(wanted, str):
-        parts = wanted.split(":")
-        try:
-            numbers = [float(p) for p in parts]
-        except ValueError:
-            raise ValueError(f"where: {column.name!r} takes a range lower:upper, got {wanted!r}") from None
-    elif isinstance(wanted, Iterable):
-        numbers = [float(x) for x in wanted]
-    else:
-        numbers = [float(wanted)]
+        return [None if part == "" else part.split(":") for part in wanted.split(",")]
+    if isinstance(wanted, Iterable):
+        items = list(wanted)
+        if items and all(isinstance(x, int | float | np.number) and not isinstance(x, bool) for x in items):
+            return [items]  # (lower, upper), or a single number in a list
+        return [
+            None if x is None or x == "" else (list(x) if isinstance(x, Iterable) else [x]) for x in items
+        ]
+    return [[wanted]]
+
+
+def _span(column: NumericColumn, numbers: list) -> tuple[float, float]:
+    try:
+        numbers = [float(x) for x in numbers]
+    except (TypeError, ValueError):
+        raise ValueError(f"where: {column.name!r} takes a range lower:upper, got {numbers!r}") from None
     if len(numbers) == 1:
         if not (column.integer and numbers[0] == math.floor(numbers[0])):
             raise ValueError(
@@ -218,4 +243,4 @@ def _numeric(column: NumericColumn, wanted: Any) -> tuple[tuple[float, float] | 
         )
     if column.integer and math.ceil(lower) > math.floor(upper):
         raise ValueError(f"where: {column.name!r}'s range ({lower:g}, {upper:g}) holds no whole number")
-    return (max(lower, column.lower), min(upper, column.upper)), False
+    return max(lower, column.lower), min(upper, column.upper)

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from jaxdp import contract
 from jaxdp.coding import TableCoding
 from jaxdp.domain import Domain, NumericColumn
+from jaxdp.types import Neighboring
 
 COLUMNS = ("kind", "marginal", "cell", "value", "fraction", "std", "l1_bound", "domain")
 
@@ -28,9 +30,13 @@ def marginals_table(model: Any) -> dict[str, list]:
     table: dict[str, list] = {name: [] for name in COLUMNS}
     mechanism, state = model.mechanism, model.state
     labels = _labels(model.domain, model.coding)
+    coded = [a.name for a in model.domain.categorical]  # what marginals' attributes index
     compressed = getattr(state, "compressed", None)
+    if contract.releases(mechanism) == "answers":
+        _noisy_answers(table, model, labels, coded)
+        return table
     for measurement in getattr(state, "measurements", ()):
-        names = [model.domain.names[a] for a in measurement.clique]
+        names = [coded[a] for a in measurement.clique]
         cells = _cells(measurement.clique, labels, compressed)
         noisy = np.asarray(measurement.noisy, np.float64)
         sigma = np.broadcast_to(np.asarray(measurement.sigma, np.float64), noisy.shape)
@@ -41,7 +47,7 @@ def marginals_table(model: Any) -> dict[str, list]:
     answers = np.asarray(mechanism.relaxed_answers(state), np.float64)
     bounds = (model.report.get("error_bounds") or {}).get("marginals")
     for j, clique in enumerate(workload.cliques):
-        names = [model.domain.names[a] for a in clique]
+        names = [coded[a] for a in clique]
         span = answers[workload.offsets[j] : workload.offsets[j] + workload.cells[j]]
         bound = bounds[j] if bounds else None
         for cell, fraction in zip(_cells(clique, labels, None), span, strict=True):
@@ -57,6 +63,31 @@ def marginals_table(model: Any) -> dict[str, list]:
                 bound is not None and bound.get("domain") == "compressed",
             )
     return table
+
+
+def _noisy_answers(table, model, labels, coded) -> None:
+    """A release of noisy answers (Gaussian): they are the measurements, in counts with their
+    noise's standard deviation (fractions too under replace-one, where n is public)."""
+    mechanism = model.mechanism
+    workload = mechanism.workload
+    answers = np.asarray(mechanism.relaxed_answers(model.state), np.float64)
+    sigma = float(mechanism.classes[0].measurement.sigma)  # counts
+    n = mechanism.n_records if mechanism.relation is Neighboring.REPLACE_ONE else None
+    for j, clique in enumerate(workload.cliques):
+        span = answers[workload.offsets[j] : workload.offsets[j] + workload.cells[j]]
+        for cell, answer in zip(_cells(clique, labels, None), span, strict=True):
+            count, fraction = (answer * n, answer) if n is not None else (answer, None)
+            _append(
+                table,
+                "measured",
+                [coded[a] for a in clique],
+                cell,
+                float(count),
+                fraction,
+                sigma,
+                None,
+                False,
+            )
 
 
 def _append(table, kind, names, cell, value, fraction, std, bound, compressed) -> None:
@@ -93,7 +124,10 @@ def _labels(domain: Domain, coding: TableCoding | None) -> list[list[str]]:
         elif attribute.labels is not None:
             out.append([label if label != "" else "(empty)" for label in attribute.labels])
         else:
-            out.append([str(code) for code in range(attribute.size)])
+            names = [str(code) for code in range(attribute.size)]
+            if getattr(column, "nullable", False):  # the last code is the empty cell
+                names[-1] = "(empty)"
+            out.append(names)
     return out
 
 

@@ -38,6 +38,7 @@ it back without the data, refusing a truncated, changed or foreign file with a l
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import os
 from pathlib import Path
@@ -206,6 +207,13 @@ class Model:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the model to one file (atomically, owner-only; module docstring). Returns the path."""
+        path = Path(path)
+        with atomic_open(path, "wb") as fh:
+            fh.write(self.to_bytes())
+        return path
+
+    def to_bytes(self) -> bytes:
+        """The model file's bytes (`save` writes them)."""
         arrays: list[np.ndarray] = []
         manifest = {
             "format": FORMAT,
@@ -225,10 +233,9 @@ class Model:
                 arrays,
             ),
         }
-        path = Path(path)
-        with atomic_open(path, "wb") as fh:
-            write_zip(fh, manifest, arrays)
-        return path
+        buffer = io.BytesIO()
+        write_zip(buffer, manifest, arrays)
+        return buffer.getvalue()
 
 
 def model(

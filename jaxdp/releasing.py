@@ -43,7 +43,7 @@ def _release_compiler(mechanism, rows: int | None):
     return _release_jit if rows is None or rows > FAST_RELEASE_ROWS else _release_fast_compiled
 
 
-_release_programs = Compiler("jaxdp-release-ahead")
+_release_programs = Compiler("jaxdp-release-ahead", capacity=64)
 
 
 def _release_program(mechanism, state, key: Key, rows: int | None, *, wait: bool = True):

@@ -17,9 +17,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 
 from jaxdp import api
-from jaxdp.domain import Dataset, Domain, RawTable, TableSchema, like, table_from
+from jaxdp.domain import (
+    Dataset,
+    Domain,
+    RawTable,
+    TableSchema,
+    is_arrow_table,
+    is_dataframe,
+    like,
+    table_from,
+)
 from jaxdp.models import Model, load_model
 from jaxdp.quality import quality
 from jaxdp.quality_html import write_html
@@ -50,7 +60,9 @@ class Synthesizer:
         self.mechanism, self.epsilon, self.delta, self.schema = mechanism, epsilon, delta, schema
         self.options = options
         self.model: Model | None = None
-        self._container: Any = None  # what the table came in, for the samples to come back in
+        # the container the table came in, emptied (a table of no rows: the records stay out of
+        # a pickled synthesizer), for the samples to come back in
+        self._container: Any = None
 
     def fit(self, data: Any, *, key: Key) -> Synthesizer:
         """Run the mechanism on the private table (spends the budget) and keep its model.
@@ -70,7 +82,7 @@ class Synthesizer:
         )
         if result.answers is not None:
             raise ValueError(f"{self.mechanism} releases noisy answers, not records: use jaxdp.synthesize")
-        self.model, self._container = result.model, data
+        self.model, self._container = result.model, _template(data)
         return self
 
     @property
@@ -103,9 +115,10 @@ class Synthesizer:
     def load(cls, path: str | os.PathLike) -> Synthesizer:
         """A fitted synthesizer from a saved model (`jaxdp.load_model`); it samples, it cannot fit."""
         model = load_model(path)
-        report = model.report
-        synthesizer = cls(model.name, epsilon=report.get("epsilon"), delta=report.get("delta"))
-        synthesizer.model = model
+        synthesizer = cls.__new__(cls)  # its settings are the model's: nothing to check, nothing to fit
+        synthesizer.mechanism, synthesizer.schema, synthesizer.options = model.name, None, {}
+        synthesizer.epsilon, synthesizer.delta = model.report.get("epsilon"), model.report.get("delta")
+        synthesizer.model, synthesizer._container = model, None
         return synthesizer
 
     def report(
@@ -142,6 +155,19 @@ class Synthesizer:
         if self.model is None:
             raise ValueError("fit the synthesizer first (or load a saved model)")
         return self.model
+
+
+def _template(data: Any) -> Any:
+    """The table's container with no rows (`like` reads only its kind, columns and dtypes)."""
+    if isinstance(data, Dataset):
+        return Dataset(data.domain, data.codes[:0], data.numeric[:0])
+    if is_dataframe(data):
+        return data.iloc[:0]
+    if is_arrow_table(data):
+        return data.slice(0, 0)
+    if isinstance(data, Mapping):
+        return {name: None for name in data}
+    return np.asarray(data)[:0] if isinstance(data, np.ndarray) else None
 
 
 def _read(table: Any, schema: TableSchema) -> RawTable | Dataset:

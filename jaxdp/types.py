@@ -7,9 +7,9 @@ constant. Code outside `jaxdp.noise` may transform a sensitive value (`.map`) bu
 the result stays `Sensitive` until a noise primitive releases it. It cannot leave the process by
 accident either: it refuses to be pickled, converted to an array, branched on or shown.
 
-What is handed back to a user (`jaxdp.Result`) holds `Withheld` in its place (`withhold`): the
-value's shapes and nothing else, so the mechanism's settings, plan and post-processing stay
-usable and any attempt to spend privacy on it fails with a message that says why.
+What is handed back to a user (`jaxdp.Result`) holds `Withheld` in its place (`withhold`):
+nothing of the value, so the mechanism's settings, plan and post-processing stay usable and any
+attempt to spend privacy on it fails with a message that says why.
 """
 
 from __future__ import annotations
@@ -94,31 +94,20 @@ class Sensitive:
         return type(self)(self._value)
 
 
-def _public_shapes(value: Any) -> tuple[tuple[tuple[int, ...], str], ...]:
-    """The public (shape, dtype) of each array of a pytree (hashable, JSON-able)."""
-    return tuple(
-        (tuple(int(d) for d in getattr(a, "shape", ())), str(getattr(a, "dtype", type(a).__name__)))
-        for a in jax.tree_util.tree_leaves(value)
-    )
-
-
 @jax.tree_util.register_pytree_node_class
 class Withheld(Sensitive):
-    """Where a `Sensitive` value was, in what a user is handed: its shapes, never its value.
+    """Where a `Sensitive` value was, in what a user is handed: nothing of it, not even its shape
+    (a table's shape under add-remove holds the private record count).
 
     `map` gives `Withheld` again (a transform of nothing is nothing), so post-processing that
     only passes the private value along still runs; a noise primitive refuses it (`_value`).
     It has no leaves: a mechanism holding it pickles and compiles with no private input.
     """
 
-    __slots__ = ("shapes",)
+    __slots__ = ()
 
-    def __init__(self, shapes: tuple):  # not Sensitive's: there is no value to store
-        self.shapes = tuple((tuple(shape), str(dtype)) for shape, dtype in shapes)
-
-    @classmethod
-    def of(cls, value: Sensitive) -> Withheld:
-        return value if isinstance(value, Withheld) else cls(_public_shapes(value._value))
+    def __init__(self):  # not Sensitive's: there is no value to store
+        pass
 
     @property
     def _value(self):
@@ -129,28 +118,28 @@ class Withheld(Sensitive):
 
     def map(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Withheld:
         del fn, args, kwargs
-        return Withheld(())
+        return self
 
     def tree_flatten(self):
-        return (), self.shapes
+        return (), None
 
     @classmethod
     def tree_unflatten(cls, aux, children):
-        del children
-        return cls(aux)
+        del aux, children
+        return cls()
 
     def __repr__(self) -> str:
         return "Withheld(<private input not kept>)"
 
     def __reduce_ex__(self, protocol):
-        return (Withheld, (self.shapes,))
+        return (Withheld, ())
 
     def __deepcopy__(self, memo):
         return self
 
 
 def withhold(tree: T) -> T:
-    """`tree` with every `Sensitive` value in it replaced by `Withheld` (its shapes only).
+    """`tree` with every `Sensitive` value in it replaced by `Withheld` (nothing of it).
 
     Privacy:
         The result holds no value computed from the private data through a `Sensitive` leaf;
@@ -158,7 +147,7 @@ def withhold(tree: T) -> T:
         record count under add-remove, which `jaxdp.contract.public_mechanism` removes).
     """
     return jax.tree_util.tree_map(
-        lambda x: Withheld.of(x) if isinstance(x, Sensitive) else x,
+        lambda x: Withheld() if isinstance(x, Sensitive) else x,
         tree,
         is_leaf=lambda x: isinstance(x, Sensitive),
     )

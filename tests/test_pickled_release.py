@@ -3,11 +3,13 @@ table, and every release's saved model is written without it (DESIGN.md section 
 
 A user keeps a release by pickling it, or by saving its model. These tests plant a private table
 whose values cannot appear by chance, run every registry mechanism on it through `synthesize`,
-`run` and `run_many`, pickle what each returns and save the release's model (checking that it
-samples the release again after a load), and scan the bytes for the table: its records, the true counts and
-fractions of the workload and of every candidate marginal the mechanism holds, and the values of
-every `Sensitive` leaf of the mechanism as built (`tests/_needles.py`: windows of each array in
-every encoding a copy would take). A `Sensitive` value itself refuses to be pickled, and under
+`run`, `run_many` and a fitted `Synthesizer`, pickle what each returns and save the release's
+model (checking that it samples the release again after a load), and scan the bytes for the
+table: its records, the true counts and fractions of the workload and of every candidate
+marginal the mechanism holds (the 1-way counts concatenated, each alone being too short a
+needle), and the values of every `Sensitive` leaf of the mechanism as built (`tests/_needles.py`:
+windows of each array in every encoding a copy would take). A `Sensitive` value itself refuses
+to be pickled, and under
 add-remove the kept mechanism has no record count (n is private there).
 
 Negative controls: the scan finds each kind of needle in a pickle of the arrays it was made from
@@ -58,8 +60,9 @@ def _private_needles(data: Dataset, mechanism) -> dict[str, set[bytes]]:
     holds (workload and candidates), and of the values of its `Sensitive` leaves."""
     cliques = set(mechanism.workload.cliques) | set(_candidate_cliques(mechanism))
     private = {"records": needles(data.codes), "answers": set(), "sensitive": set()}
-    for clique in sorted(cliques):
-        counts = marginal(data.codes, clique, DOMAIN.sizes)
+    ones = [marginal(data.codes, (a,), DOMAIN.sizes) for a in range(len(SIZES))]
+    for counts in [*(marginal(data.codes, c, DOMAIN.sizes) for c in sorted(cliques)), np.concatenate(ones)]:
+        # the 1-way counts concatenated too: each alone is too short to be a needle
         private["answers"] |= needles(counts) | needles(counts.astype(np.float32) / np.float32(len(data)))
     for leaf in jax.tree_util.tree_leaves(mechanism, is_leaf=lambda x: isinstance(x, Sensitive)):
         if isinstance(leaf, Sensitive):
@@ -86,11 +89,15 @@ def _returned(name: str, data: Dataset) -> dict[str, object]:
     rounds = options.pop("rounds", None)
     mechanism = api.build(name, data, workload, epsilon=1.0, delta=1e-9, public=public, rounds=rounds)
     keys = jax.random.split(jax.random.key(4), 2)
+    synthesizer = jaxdp.Synthesizer(name, epsilon=1.0, schema=DOMAIN, workload=workload, **_options(name))
+    if result.answers is None:
+        synthesizer.fit(data, key=jax.random.key(6))
     return {
         "mechanism": mechanism,
         "synthesize": result,
         "run": loop.run(mechanism, jax.random.key(5)),
         "run_many": loop.run_many(mechanism, keys),
+        "synthesizer": synthesizer,
     }
 
 
