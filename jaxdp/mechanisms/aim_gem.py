@@ -24,7 +24,7 @@ from jaxdp.mechanisms.annealed import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
-from jaxdp.selection.annealed import PAPER_ALPHA
+from jaxdp.selection.annealed import ONE_WAY_RESOLUTION, PAPER_ALPHA
 from jaxdp.types import Neighboring
 
 
@@ -48,6 +48,7 @@ def aim_gem(
     noise: str = "discrete",
     mesh: Mesh | None = None,
     compress: Compression | None = None,
+    resolution: float | None = ONE_WAY_RESOLUTION,
 ) -> Annealed:
     """Build AIM-GEM: AIM's selection and filter, GEM's generator as the model.
 
@@ -69,6 +70,9 @@ def aim_gem(
             float noise does not meet the stated delta; see `jaxdp.noise`).
         mesh: split the records over this mesh's devices to count them (see `jaxdp.aim`).
         compress: compress the domain after the noisy 1-way round (see `jaxdp.aim`).
+        resolution: round 0's 1-way counts measured with noise at most n / resolution, the run
+            calibrated for the fewer rounds that takes (see `jaxdp.aim`; with the default T
+            only: a `max_rounds` given calibrates the run for it).
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over
@@ -89,7 +93,7 @@ def aim_gem(
     return adaptive(
         data,
         workload,
-        select=AIMSelection(alpha=alpha),
+        select=AIMSelection(alpha=alpha, resolution=resolution if max_rounds is None else None),
         family=family,
         rounds=max_rounds,
         epsilon=epsilon,

@@ -54,7 +54,7 @@ from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import measure_on_host
 from jaxdp.mechanisms._common import private_counts, record_count, require_categorical
 from jaxdp.queries import MarginalWorkload, marginal_counts
-from jaxdp.selection.annealed import SQRT_2_OVER_PI, HostRule, RoundRecord, Schedule
+from jaxdp.selection.annealed import SQRT_2_OVER_PI, HostRule, RoundRecord, Schedule, estimated_total
 from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 logger = logging.getLogger("jaxdp.mechanisms.aim")
@@ -90,10 +90,12 @@ class Parts(NamedTuple):
 
 
 class AnnealedInfo(NamedTuple):
-    """charges: the round's (selection, measurement) charges (count 0 for a primitive that did
-    not run: round 0 selects nothing; rounds after the filter's last draw nothing)."""
+    """charges: the round's (selection, measurement, second 1-way measurement) charges (count 0
+    for a primitive that did not run: round 0 selects nothing, and measures the 1-way marginals
+    a second time only where the rule tops them up, `HostRule.one_way_top_up`; later rounds
+    measure once; rounds after the filter's last draw nothing)."""
 
-    charges: tuple[Charge, Charge]
+    charges: tuple[Charge, Charge, Charge]
 
 
 class ErrorBounds(NamedTuple):
@@ -214,7 +216,7 @@ class Annealed:
     def step(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, AnnealedInfo]:
         require_key(key)
         if state.schedule.done:
-            return state, AnnealedInfo(charges=self.selection.idle())
+            return state, AnnealedInfo(charges=(*self.selection.idle(), self.selection.idle()[1]))
         if state.rounds_done == 0:
             return self._initialise(state, key)
         return self._adaptive_round(state, key)
@@ -272,16 +274,33 @@ class Annealed:
         return np.where(np.repeat(np.asarray(eligible, bool), cells), answers, 0.0)
 
     def _initialise(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, AnnealedInfo]:
-        """Round 0: every 1-way candidate measured in one draw; then, with `compression`, the
-        domain compressed by their noisy counts (post-processing) and the run's parts rebound."""
+        """Round 0: every 1-way candidate measured in one draw (and a second where the rule tops
+        it up from the first's released counts, `HostRule.one_way_top_up`: the two averaged by
+        their inverse variances); then, with `compression`, the domain compressed by their noisy
+        counts (post-processing) and the run's parts rebound."""
         rule = self.selection
         ones = rule.opening(stream_key(key, Stream.SELECT))
         sensitivity, sigma = rule.one_way_measurement(state.schedule.sigma, len(ones))
         index = np.concatenate([np.arange(rule.span(i).start, rule.span(i).stop) for i in ones])
         noisy, charge = self._measure(self._declared, key, index, sigma=sigma, sensitivity=sensitivity)
+        schedule = rule.after_one_way(state.schedule, sensitivity, sigma)
+        bounds = np.cumsum([0] + [rule.candidates.cells[i] for i in ones])
+        if self.relation is Neighboring.REPLACE_ONE:
+            total = float(self.n_records)  # public
+        else:
+            total = estimated_total([noisy[bounds[j] : bounds[j + 1]] for j in range(len(ones))])
+        top_up = rule.one_way_top_up(schedule, total, sigma, len(ones), self.plan.rho_budget)
+        top_up_charge = rule.idle()[1]
+        if top_up is not None:
+            second, schedule = top_up
+            again, top_up_charge = self._measure(
+                self._declared, key, index, sigma=second, sensitivity=sensitivity, again=True
+            )
+            precision = sigma**-2 + second**-2
+            noisy = (noisy * sigma**-2 + again * second**-2) / precision
+            sigma = precision**-0.5
         compressed, model, scales = None, state.model, sigma
         if self.compression is not None:
-            bounds = np.cumsum([0] + [rule.candidates.cells[i] for i in ones])
             attributes = [rule.candidates.cliques[i][0] for i in ones]
             per_attribute: list = list(self.workload.sizes)  # unmeasured attributes: kept whole
             for j, a in enumerate(attributes):
@@ -299,7 +318,6 @@ class Annealed:
                 compressed = None
         parts = self.parts(state._replace(compressed=compressed))
         measured = self._measured(parts, ones, index, noisy, scales)
-        schedule = rule.after_one_way(state.schedule, sensitivity, sigma)
         new = state._replace(
             model=self._fit(parts, model, measured, None, 0, key, False),
             schedule=rule.anneal_or_finish(
@@ -310,11 +328,23 @@ class Annealed:
             last_model_counts=np.zeros(parts.workload.n_queries, np.float32),
             compressed=compressed,
         )
-        return new, AnnealedInfo(charges=(rule.idle()[0], charge))
+        return new, AnnealedInfo(charges=(rule.idle()[0], charge, top_up_charge))
 
-    def _measure(self, parts: Parts, key: Key, index: np.ndarray, *, sigma: float, sensitivity: float):
+    def _measure(
+        self,
+        parts: Parts,
+        key: Key,
+        index: np.ndarray,
+        *,
+        sigma: float,
+        sensitivity: float,
+        again: bool = False,
+    ):
+        """Gaussian counts of the candidates' cells at `index` from the round key's MEASURE stream
+        (`again`: a second measurement in the round, from a key folded out of that stream)."""
+        measure_key = stream_key(key, Stream.MEASURE)
         return measure_on_host(
-            stream_key(key, Stream.MEASURE),
+            jax.random.fold_in(measure_key, 1) if again else measure_key,
             parts.counts,
             index,
             sigma=sigma,
@@ -418,7 +448,7 @@ class Annealed:
             last_round=last_round,
             last_model_counts=last_model_counts,
         )
-        return new, AnnealedInfo(charges=(select_charge, measure_charge))
+        return new, AnnealedInfo(charges=(select_charge, measure_charge, rule.idle()[1]))
 
     def _eligible(self, parts: Parts, state: AnnealedState, budget_used: float) -> np.ndarray:
         """C_t: the candidates the family admits (its size filter) that the rule allows."""

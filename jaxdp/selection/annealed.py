@@ -322,6 +322,22 @@ class HostRule:
         charge = (noise.PRIMITIVES.index(self.measure_primitive), sensitivity, sigma)
         return schedule._replace(charges=(charge,))
 
+    def one_way_top_up(
+        self, schedule: Schedule, total: float, sigma: float, count: int, rho_budget: float
+    ) -> tuple[float, Schedule] | None:
+        """A second measurement of round 0's 1-way marginals, decided from the first: (its sigma,
+        the schedule once it is measured, the rounds after calibrated for what it adds), or None
+        for none (the default: round 0 is one measurement).
+
+        Args:
+            schedule: the schedule once the first measurement is charged (`after_one_way`).
+            total: the table's size, n where it is public, else estimated from the first
+                measurement (`estimated_total`).
+            sigma: the first measurement's noise scale; count: the 1-way marginals it measured.
+        """
+        del schedule, total, sigma, count, rho_budget
+        return None
+
     def after_round(self, schedule: Schedule, delta_t: float, scale: float, sigma: float) -> Schedule:
         """The schedule after a select + measure round: its two charges added."""
         charges = (
@@ -341,9 +357,16 @@ class HostRule:
     def realised_plan(self, schedule: Schedule, plan: Plan) -> Plan:
         """The plan the run followed: one charge per primitive invoked, within the budget."""
         realised = Plan(plan.rho_budget, plan.epsilon, plan.delta, plan.conversion)
+        measure = noise.PRIMITIVES.index(self.measure_primitive)
+        # round 0's measurements: the charges before the first selection (one, or two with a
+        # top-up: `one_way_top_up`)
+        opening = next((i for i, c in enumerate(schedule.charges) if c[0] != measure), len(schedule.charges))
         for i, (code, sensitivity, scale) in enumerate(schedule.charges):
             primitive = noise.PRIMITIVES[code]
-            label = "measure 1-way marginals" if i == 0 else f"{primitive} (round {(i + 1) // 2})"
+            if i < opening:
+                label = "measure 1-way marginals" + (" again" if i else "")
+            else:
+                label = f"{primitive} (round {(i - opening) // 2 + 1})"
             realised = realised.with_charge(PlannedCharge(label, primitive, sensitivity, scale))
         return realised.check()
 
@@ -427,6 +450,20 @@ class FixedPlanRule(HostRule):
 
 PAPER_ALPHA = 0.9
 FEW_MARGINALS_ALPHA = 0.95
+# AIM's round 0 measures each 1-way count with noise at most 1/ONE_WAY_RESOLUTION of the records
+# (`AIMSelection.resolution`), spending at most alpha / FEWEST_ROUNDS of the budget on it
+# (T' >= FEWEST_ROUNDS d1); both measured in bench/README.md, "Small tables"
+ONE_WAY_RESOLUTION = 150.0
+FEWEST_ROUNDS = 2.0
+
+
+def estimated_total(noisy: Sequence[np.ndarray]) -> float:
+    """The table's size from noisy 1-way marginals measured at one noise scale: each attribute's
+    summed counts, averaged by their inverse variances (an attribute of k values sums k noisy
+    counts: variance k sigma^2). Post-processing of released counts."""
+    sums = np.asarray([np.sum(counts, dtype=np.float64) for counts in noisy])
+    weights = 1.0 / np.asarray([np.size(counts) for counts in noisy], np.float64)
+    return float(weights @ sums / weights.sum())
 
 
 def default_alpha(marginals: int, rounds: int) -> float:
@@ -452,6 +489,17 @@ class AIMSelection(HostRule):
         alpha: share of each round's budget spent on the measurement (the rest on the selection).
             None (default): `default_alpha`'s rule, the paper's 0.9 where the workload has more
             marginals than the run has rounds, else 0.95.
+        resolution: R, how finely round 0 must measure the 1-way counts: where the schedule
+            for T rounds measures them with noise above n / R (n the table's size, public under
+            replace-one, else estimated from the 1-way measurement itself: `estimated_total`),
+            round 0 measures them again (`one_way_top_up`) so that both measurements together
+            have the noise of a run calibrated for the fewer rounds T' = 2 alpha rho (n / R)^2 /
+            L2^2 (at least `FEWEST_ROUNDS` d1, d1 the 1-way marginals: round 0 then spends at
+            most half of the budget), and the rounds after are calibrated for T'
+            (sigma and epsilon as if T' had been given; T still caps the rounds). Two
+            Gaussian measurements of the same counts at sigma_1 and sigma_2 cost and tell what
+            one at (sigma_1^-2 + sigma_2^-2)^-1/2 does, so the split loses nothing. None
+            (default): the paper's schedule for T.
 
     Bound by `jaxdp.adaptive` (`bind`) to the workload, whose downward closure is the candidate
     set, and to the run: `max_rounds` T (default 16 d: the count the initial sigma and epsilon
@@ -467,10 +515,15 @@ class AIMSelection(HostRule):
         Delta_t = L1 * max_{r in C_t} w_r at epsilon_t, epsilon_t^2 / 8 zCDP (Cesar & Rogers
         2021), then a Gaussian measurement at sigma_t, L2^2 / (2 sigma_t^2) zCDP. The filter
         (Theorem 1; Feldman & Zrnic 2021, Rogers et al. 2016) keeps the realised sum <= rho.
-        C_t (the family's `eligible`) depends on released values only.
+        C_t (the family's `eligible`) depends on released values only. With `resolution`,
+        round 0 may measure the 1-way marginals a second time (same sensitivity, sigma decided
+        from the first measurement's released counts, as the annealing decides every later
+        sigma): both are charged, and together they cost at most alpha rho d1 / T' <= alpha
+        rho, so the filter's sum stays <= rho.
     """
 
     alpha: float | None = static_field(default=None)
+    resolution: float | None = static_field(default=None)
 
     has_error_bounds: ClassVar[bool] = True
 
@@ -516,7 +569,10 @@ class AIMSelection(HostRule):
             n_records=n_records,
             noise=noise,
         )
-        return dataclasses.replace(bound, alpha=alpha)
+        resolution = (
+            None if self.resolution is None else _checks.positive_finite(self.resolution, "resolution")
+        )
+        return dataclasses.replace(bound, alpha=alpha, resolution=resolution)
 
     def start(self, rho_budget: float) -> Schedule:
         """The schedule before round 0: (sigma_0, epsilon_0) calibrated as if the run lasted T
@@ -527,6 +583,35 @@ class AIMSelection(HostRule):
 
     def round_cost(self, sigma: float, epsilon: float) -> float:
         return self.l2_sensitivity**2 / (2.0 * sigma**2) + epsilon**2 / 8.0
+
+    def calibrated_rounds(self, total: float, count: int, rho_budget: float) -> float:
+        """T' (`resolution`): the rounds whose per-round noise sigma = L2 sqrt(T' / (2 alpha
+        rho)) is total / resolution, within [max(FEWEST_ROUNDS count, 2), max_rounds] (not a
+        whole number: it calibrates sigma and epsilon, and the filter ends the run)."""
+        if self.resolution is None:
+            return float(self.max_rounds)
+        least = max(FEWEST_ROUNDS * count, 2.0)
+        target = max(total, 0.0) / self.resolution
+        rounds = 2.0 * self.alpha * rho_budget * target**2 / self.l2_sensitivity**2
+        return min(max(rounds, float(least)), float(self.max_rounds))
+
+    def one_way_top_up(
+        self, schedule: Schedule, total: float, sigma: float, count: int, rho_budget: float
+    ) -> tuple[float, Schedule] | None:
+        """`resolution`'s second measurement of round 0 (None where T's schedule measured finely
+        enough): its sigma, and the schedule with the charge added and the next round's sigma
+        and epsilon those of a run calibrated for `calibrated_rounds`."""
+        rounds = self.calibrated_rounds(total, count, rho_budget)
+        if rounds >= self.max_rounds:
+            return None
+        target = self.l2_sensitivity * math.sqrt(rounds / (2.0 * self.alpha * rho_budget))
+        if target >= sigma:
+            return None
+        # the second measurement's sigma: together with the first, precision 1 / target^2
+        sensitivity, second = self.one_way_measurement(1.0 / math.sqrt(target**-2 - sigma**-2), count)
+        charge = (noise.PRIMITIVES.index(self.measure_primitive), sensitivity, second)
+        epsilon = math.sqrt(8.0 * (1.0 - self.alpha) * rho_budget / rounds)
+        return second, schedule._replace(sigma=target, epsilon=epsilon, charges=(*schedule.charges, charge))
 
     def final_parameters(self, remaining: float) -> tuple[float, float]:
         """(sigma, epsilon) that spend `remaining` (split alpha to measure, 1 - alpha to select)."""

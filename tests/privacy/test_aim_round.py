@@ -11,9 +11,11 @@ the Clopper-Pearson code of `test_empirical_dp` and held to the claim the call's
 
 Covered: the quality scores AIM computes over its candidates (q_r = w_r (L1 error - penalty)) and
 its declared score sensitivity Delta_t = max w_r, the integer counts it measures and its L2
-sensitivity, sigma and the selection scale as AIM calibrates them, under AIM's default relation (add/remove:
-D' = D plus one record, counts), for round 0 (the Gaussian on every 1-way marginal together) and
-one adaptive round (selection, then the Gaussian on the selected marginal); and that the scale,
+sensitivity, sigma and the selection scale as AIM calibrates them, under AIM's default relation
+(add/remove: D' = D plus one record, counts), for round 0 (the Gaussian on every 1-way marginal
+together, and the second one where round 0 tops its counts up on a small table,
+`AIMSelection.resolution`, its sigma set from the first's release) and one adaptive round
+(selection, then the Gaussian on the selected marginal); and that the scale,
 sigma, declared sensitivity and mask passed to the primitives are the same on D and D' (no
 un-noised data dependence). Not covered: AIM's key derivation (the replays use fresh keys; the
 contract suite checks the key streams), the filter's composition over rounds (checked against the
@@ -79,10 +81,13 @@ D, D_PRIME = (jaxdp.Dataset.from_codes(DOMAIN, codes) for codes in (CODES, CODES
 FACTORIES = {"aim": jaxdp.aim, "aim-gem": jaxdp.aim_gem}
 
 
-def _build(factory, data):
+def _build(factory, data, rounds: int | None = 8):
     """Budget for epsilon_t = 1 and sigma_t = 2 in the first adaptive round (rho / T = 0.25, split
-    evenly); 8 rounds so round 1 is not the filter's last. iters: the prefix's fit converges."""
-    return factory(data, ONE_WAY, rho=2.0, alpha=0.5, max_rounds=8, iters=200, final_iters=1)
+    evenly); 8 rounds so round 1 is not the filter's last. iters: the prefix's fit converges.
+    rounds=None: the default T = 16 d = 64, where round 0 on these 100 records is measured a
+    second time (`AIMSelection.resolution`: sigma 5.7 at T is above n / 150), the two together at
+    the sigma of T' = 2 d = 8 rounds (2)."""
+    return factory(data, ONE_WAY, rho=2.0, alpha=0.5, max_rounds=rounds, iters=200, final_iters=1)
 
 
 def _true_counts(codes: np.ndarray, attributes) -> np.ndarray:
@@ -135,22 +140,37 @@ def _force_selection(primitive, output):
 
 
 def _recorded_rounds(make) -> dict[str, tuple[Call, Call]]:
-    """{part: (call on D, call on D')} for round 0's measurement and round 1's two draws."""
+    """{part: (call on D, call on D')} for round 0's measurement, round 1's two draws and the
+    second measurement of a round 0 that tops its 1-way counts up (`make(data, None)`; the first
+    made to release PREFIX_RELEASE on both tables, so that the second's sigma, a function of
+    that release, is the same on both)."""
     mechanisms = [make(D), make(D_PRIME)]
     round0 = [_step(m, m.init(stream_key(jax.random.key(0), Stream.INIT)), 0)[1] for m in mechanisms]
     prefix = _prefix(mechanisms[0])  # released values only: the same state for both datasets
     round1 = [_step(m, prefix, 1, _force_selection)[1] for m in mechanisms]
-    return paired_calls(round0, round1)
+    chosen = jnp.asarray(np.tile(PREFIX_RELEASE, len(DOMAIN.sizes)), jnp.int32)
+    topped = []
+    for data in (D, D_PRIME):
+        m = make(data, None)
+        topped.append(
+            _step(m, m.init(stream_key(jax.random.key(0), Stream.INIT)), 0, lambda _, out: chosen)[1]
+        )
+    assert [[c.primitive for c in calls] for calls in topped] == [[MEASURE, MEASURE]] * 2
+    parts = paired_calls(round0, round1)
+    parts["round 0 top-up"] = paired_calls([calls[1:] for calls in topped], round1, "round 0 top-up")[
+        "round 0 top-up"
+    ]
+    return parts
 
 
-def paired_calls(round0, round1) -> dict[str, tuple[Call, Call]]:
+def paired_calls(round0, round1, first: str = "round 0 measurement") -> dict[str, tuple[Call, Call]]:
     """{part: (call on D, call on D')} from the calls recorded on D and D' in round 0 (one
-    measurement) and round 1 (a selection, then a measurement), after checking that every noise
-    parameter passed is the same on both (they are public)."""
+    measurement, named `first`) and round 1 (a selection, then a measurement), after checking that
+    every noise parameter passed is the same on both (they are public)."""
     assert [c.primitive for c in round0[0]] == [MEASURE]
     assert [c.primitive for c in round1[0]] == [SELECT, MEASURE]
     parts = {
-        "round 0 measurement": (round0[0][0], round0[1][0]),
+        first: (round0[0][0], round0[1][0]),
         "selection": (round1[0][0], round1[1][0]),
         "measurement": (round1[0][1], round1[1][1]),
     }
@@ -183,6 +203,7 @@ def _claim(call: Call, delta: float = FAST_DELTA) -> float:
 
 TRUE = {  # (on D, on D') the counts each measurement is of
     "round 0 measurement": (_true_counts(CODES, range(4)), _true_counts(CODES_PRIME, range(4))),
+    "round 0 top-up": (_true_counts(CODES, range(4)), _true_counts(CODES_PRIME, range(4))),
     "measurement": (_true_counts(CODES, [SELECTED]), _true_counts(CODES_PRIME, [SELECTED])),
 }
 
@@ -217,7 +238,7 @@ def _bound(
     return attack_bound(part, calls, seed, sigma, TRUE.get(part), runs, delta)
 
 
-PARTS = ("round 0 measurement", "selection", "measurement")
+PARTS = ("round 0 measurement", "round 0 top-up", "selection", "measurement")
 
 
 def _scores(call: Call) -> np.ndarray:
@@ -248,15 +269,15 @@ def factory(request):
 
 @pytest.fixture(scope="module")
 def honest(factory):
-    return _recorded_rounds(lambda data: _build(factory, data))
+    return _recorded_rounds(lambda data, rounds=8: _build(factory, data, rounds))
 
 
 @pytest.fixture(scope="module")
 def halved(factory):
     """A factory bug: half the true l1 and l2 sensitivities declared."""
 
-    def make(data):
-        mechanism = _build(factory, data)
+    def make(data, rounds=8):
+        mechanism = _build(factory, data, rounds)
         rule = dataclasses.replace(mechanism.selection, l1_sensitivity=0.5, l2_sensitivity=0.5)
         return dataclasses.replace(mechanism, selection=rule)
 
@@ -275,7 +296,7 @@ def test_neighbours_are_a_worst_case(honest):
     moved = scores_prime - scores
     moved = moved - (moved[1] - sensitivity)  # align the common shift: candidate 1 moves up
     np.testing.assert_allclose(moved, np.array([-1, 1, 1, 1]) * sensitivity, atol=1e-5)
-    for part in ("round 0 measurement", "measurement"):
+    for part in ("round 0 measurement", "round 0 top-up", "measurement"):
         true, true_prime = TRUE[part]
         assert np.linalg.norm(true_prime - true) == pytest.approx(honest[part][0].kwargs["sensitivity"])
         for call, expected in zip(honest[part], TRUE[part], strict=True):  # AIM measures the counts
@@ -292,7 +313,8 @@ def test_aim_round_keeps_its_claims(honest, part):
 
     Over 5 other seeds (mean, sd): selection 0.73, 0.014 (claim 1; true ratio e^0.83);
     measurement 0.70, 0.025 (claim 1.13; sigma 2, shift 1/2 sigma); round 0 measurement 1.83,
-    0.026 (claim 2.75; shift 1 sigma).
+    0.026 (claim 2.75; shift 1 sigma); round 0 top-up 1.68, 0.027 (claim 2.52; sigma 2.14, shift
+    0.94 sigma).
     """
     calls = honest[part]
     bound = _bound(part, calls, 501, calls[0].kwargs.get("sigma", 1.0))
