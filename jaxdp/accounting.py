@@ -30,6 +30,9 @@ import numpy as np
 from jaxdp import _checks
 
 CONVERSIONS = ("exact", "simple")
+# How a budget may be calibrated: a zCDP conversion, or "pld" (a fixed plan's noise calibrated
+# by its privacy loss distribution, `jaxdp.pld`, where that is tighter; `jaxdp.build`)
+CALIBRATIONS = (*CONVERSIONS, "pld")
 
 # A relative margin applied whenever a noise scale is derived from a budget share, so that the
 # cost recomputed from the (rounded) scale is strictly below the share.
@@ -269,7 +272,9 @@ class Plan:
         return math.fsum(c.rho for c in self.charges)
 
     def check(self) -> Plan:
-        """Return self, or raise BudgetExceededError if the charges exceed the budget."""
+        """Return self, or raise BudgetExceededError if the charges exceed the budget's rho. (A
+        plan calibrated by its privacy loss distribution, conversion "pld", also has its
+        (epsilon, delta) checked by `jaxdp.pld.check`, where it is built and audited.)"""
         if self.rho_planned > self.rho_budget:
             raise BudgetExceededError(
                 f"plan spends rho={self.rho_planned:.6g} but the budget is rho={self.rho_budget:.6g}"

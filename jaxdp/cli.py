@@ -25,7 +25,7 @@ import numpy as np
 from jaxdp import _compile_cache, api, cli_model, datasets, keys
 from jaxdp._io import atomic_open
 from jaxdp._version import __version__
-from jaxdp.accounting import CONVERSIONS, BudgetExceededError
+from jaxdp.accounting import CALIBRATIONS, BudgetExceededError
 from jaxdp.api import DEFAULT_DELTA, MECHANISMS
 from jaxdp.binning import DEFAULT_BINNING_SHARE
 from jaxdp.checkpoint import DEFAULT_EVERY, Checkpoint, digest, mechanism_fingerprint
@@ -124,7 +124,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="neighbouring relation (default: the mechanism's own, add-remove for aim, aim-gem and mst, "
         "replace-one for the others; the report names it)",
     )
-    synth.add_argument("--conversion", default="exact", choices=CONVERSIONS, help="zCDP to (eps, delta)")
+    synth.add_argument(
+        "--conversion",
+        default="exact",
+        choices=CALIBRATIONS,
+        help="zCDP to (eps, delta), or pld: a fixed plan calibrated by its privacy loss distribution",
+    )
     synth.add_argument(
         "--noise",
         default="discrete",

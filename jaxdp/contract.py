@@ -38,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 import numpy as np
 
+from jaxdp import pld
 from jaxdp.accounting import Plan
 from jaxdp.types import Charge, Key, Neighboring, withhold
 
@@ -121,6 +122,7 @@ def check_mechanism(mechanism: object) -> Mechanism:
             + "; ".join(problems)
             + " (see jaxdp.contract)"
         )
+    pld.check(mechanism.plan)  # over budget (rho, or a PLD calibration's epsilon): refused before it runs
     return mechanism  # type: ignore[return-value]
 
 

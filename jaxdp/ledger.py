@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from jaxdp.accounting import BudgetExceededError, Plan
+from jaxdp import pld
+from jaxdp.accounting import CONVERSIONS, BudgetExceededError, Plan, epsilon_from_rho
 from jaxdp.noise import PRIMITIVES
 
 
@@ -77,7 +78,7 @@ def check_ledger(ledger: list[LedgerEntry], plan: Plan, *, complete: bool = True
         AuditError: an entry no planned charge pays for, or (complete) a planned charge unspent,
             or a plan over its budget.
     """
-    plan.check()
+    pld.check(plan)
     remaining = [c.times for c in plan.charges]
     for i, entry in enumerate(ledger):
         for j, c in enumerate(plan.charges):
@@ -104,3 +105,35 @@ def check_ledger(ledger: list[LedgerEntry], plan: Plan, *, complete: bool = True
 def rho_spent(ledger: list[LedgerEntry]) -> float:
     """Total rho of a checked ledger (exact float64 sum)."""
     return math.fsum(e.rho for e in ledger)
+
+
+def budget_fields(plan: Plan, ledger: list[LedgerEntry], *, fixed: bool) -> dict:
+    """A report's budget fields for a checked ledger spent under `plan`.
+
+    `epsilon_zcdp` converts the rho spent at the plan's delta (its zCDP conversion, the exact one
+    for a PLD calibration); `epsilon_pld` is the ledger's privacy-loss-distribution epsilon
+    (`jaxdp.pld.pld_epsilon`) where the run's charges were `fixed` before it started, else None
+    (adaptive rounds: no PLD filter here); `accountant` names the one whose figure is
+    `epsilon_spent`: "pld" where the plan was calibrated by it and it is the tighter, else
+    "zcdp". A plan with only a rho budget (what preprocessing left) has no delta: None for each.
+    """
+    spent = rho_spent(ledger)
+    fields = {
+        "epsilon": plan.epsilon,
+        "delta": plan.delta,
+        "rho_budget": plan.rho_budget,
+        "rho_spent": spent,
+        "accountant": "zcdp",
+        "epsilon_spent": None,
+        "epsilon_zcdp": None,
+        "epsilon_pld": None,
+        "conversion": plan.conversion,
+    }
+    if plan.delta is None:
+        return fields
+    zcdp = epsilon_from_rho(spent, plan.delta, plan.conversion if plan.conversion in CONVERSIONS else "exact")
+    by_pld = pld.pld_epsilon(pld.ledger_charges(ledger), plan.delta) if fixed and ledger else None
+    stated = plan.conversion == "pld" and by_pld is not None and by_pld < zcdp
+    fields |= {"epsilon_zcdp": zcdp, "epsilon_pld": by_pld}
+    fields |= {"accountant": "pld", "epsilon_spent": by_pld} if stated else {"epsilon_spent": zcdp}
+    return fields

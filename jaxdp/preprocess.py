@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from jaxdp import _checks, binning, loop
-from jaxdp.accounting import Plan, epsilon_from_rho
+from jaxdp import _checks, binning, loop, pld
+from jaxdp.accounting import Plan
 from jaxdp.coding import TableCoding
 from jaxdp.domain import Dataset, RawTable
 from jaxdp.keys import preprocess_key, require_key
-from jaxdp.ledger import LedgerEntry, rho_spent
+from jaxdp.ledger import LedgerEntry, budget_fields, rho_spent
 from jaxdp.types import Key, Neighboring
 
 
@@ -76,7 +76,9 @@ def prepare(
     """
     key = require_key(key)
     share = _checks.fraction(binning_share, "binning_share", allow_one=False)
-    plan = Plan.from_epsilon_delta(epsilon, delta, conversion)
+    # a PLD calibration (conversion "pld") needs the whole budget for the mechanism's fixed plan
+    # (`jaxdp.build`): this plan then only carries the release's budget, in zCDP
+    plan = Plan.from_epsilon_delta(epsilon, delta, "exact" if conversion == "pld" else conversion)
     budget: dict[str, Any] = {"epsilon": epsilon, "delta": delta}
     ledger: list[LedgerEntry] = []
     cuts: dict[str, np.ndarray] = {}
@@ -84,6 +86,12 @@ def prepare(
     private = () if real else tuple(c for c in table.schema.numeric if binning.is_private(c))
     if not real:
         cuts = {c.name: binning.public_cuts(c) for c in table.schema.numeric if not binning.is_private(c)}
+    if private and conversion == "pld":
+        raise ValueError(
+            "conversion 'pld' calibrates a whole (epsilon, delta) budget, and private bins would spend "
+            f"part of it first (columns {', '.join(c.name for c in private)}): declare their bins "
+            "(edges, or equal-width bins), or use conversion 'exact'"
+        )
     if private:
         mechanism = binning.quantile_measurement(
             table, private, rho=plan.share(share), relation=relation, noise=noise
@@ -119,21 +127,18 @@ def merge(report: dict[str, Any], ledger: list[LedgerEntry], prepared: Prepared,
         conversion), `rho_spent` and the ledger cover both parts, and `preprocessing` says how
         every column was coded and what, if anything, looking at the data cost.
     """
-    plan = prepared.plan
-    for charge in mechanism_plan.charges:
-        plan = plan.with_charge(charge)
-    plan.check()
+    if mechanism_plan.conversion == "pld":  # calibrated for the whole budget: nothing preprocessed
+        plan = mechanism_plan
+    else:
+        plan = prepared.plan
+        for charge in mechanism_plan.charges:
+            plan = plan.with_charge(charge)
+    pld.check(plan)
     ledger = [*prepared.ledger, *ledger]
-    spent = rho_spent(ledger)
     preprocessing_rho = rho_spent(prepared.ledger)
     merged = {
         **report,
-        "epsilon": plan.epsilon,
-        "delta": plan.delta,
-        "rho_budget": plan.rho_budget,
-        "rho_spent": spent,
-        "epsilon_spent": epsilon_from_rho(spent, plan.delta, plan.conversion),
-        "conversion": plan.conversion,
+        **budget_fields(plan, ledger, fixed=bool(mechanism_plan.charges)),
         "ledger": [e.to_json() for e in ledger],
         "preprocessing": {
             "columns": prepared.coding.describe(),

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from jaxdp._version import __version__
-from jaxdp.accounting import Plan, epsilon_from_rho
+from jaxdp.accounting import Plan
 from jaxdp.coding import TableCoding
 from jaxdp.domain import Dataset, Domain
 from jaxdp.evaluate import answer_errors, fractions, workload_errors
-from jaxdp.ledger import LedgerEntry, rho_spent
+from jaxdp.ledger import LedgerEntry, budget_fields
 from jaxdp.mechanisms.registry import mechanism_spec
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Neighboring
@@ -76,17 +76,10 @@ def privacy_report(
         answers: whether the release is noisy answers rather than records.
         seconds: the job's time so far (a timing side channel on the table's size).
     """
-    spent = rho_spent(ledger)
-    plan = mechanism.plan
     return {
         "mechanism": name,
-        "epsilon": plan.epsilon,
-        "delta": plan.delta,
-        "rho_budget": plan.rho_budget,
-        "rho_spent": spent,
-        # A plan with a rho budget (what preprocessing left) has no delta to convert at.
-        "epsilon_spent": None if plan.delta is None else epsilon_from_rho(spent, plan.delta, plan.conversion),
-        "conversion": plan.conversion,
+        # a fixed plan has its charges before the run (an adaptive one, AIM's, none)
+        **budget_fields(mechanism.plan, ledger, fixed=bool(mechanism.plan.charges)),
         "relation": mechanism.relation.value,
         "noise": noise_name(ledger),
         "ledger": [e.to_json() for e in ledger],

@@ -26,6 +26,7 @@ FLOORS = {
     "jaxdp.keys": 1,
     "jaxdp._serial": 1,
     "jaxdp.accounting": 1,
+    "jaxdp.pld": 2,
     "jaxdp.samplers": 1,
     "jaxdp.domain": 1,
     "jaxdp.tables": 2,

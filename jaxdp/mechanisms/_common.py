@@ -29,6 +29,11 @@ from jaxdp.types import Array, Charge, Neighboring, Sensitive
 
 def make_plan(epsilon: float | None, delta: float | None, rho: float | None, conversion: str) -> Plan:
     """The budget from either (epsilon, delta) or rho (exactly one of the two forms)."""
+    if conversion == "pld":
+        raise ValueError(
+            "conversion 'pld' calibrates a built plan: give it to jaxdp.build or jaxdp.synthesize, "
+            "which build the mechanism and then recalibrate its noise (jaxdp.pld)"
+        )
     _checks.one_of(conversion, CONVERSIONS, "conversion")
     if rho is not None:
         if epsilon is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from jax.sharding import Mesh
 
+from jaxdp.accounting import BudgetExceededError
 from jaxdp.domain import Dataset
 from jaxdp.families.compression import Compression
 from jaxdp.queries import MarginalWorkload
@@ -199,7 +200,48 @@ def build(
             options["rounds"] = rounds
     if public is not None:
         options["public"] = public
+    if conversion == "pld":
+        return _calibrated_by_pld(name, lambda **b: spec.factory(data, workload, **options, **b), budget)
     return spec.factory(data, workload, **options, **budget)
+
+
+def _calibrated_by_pld(name: str, build_at: Callable[..., Any], budget: dict[str, Any]):
+    """The mechanism with its fixed plan's noise calibrated by the plan's privacy loss
+    distribution (`jaxdp.pld.rho_factor`): built for the zCDP budget of (epsilon, delta), then
+    again for the largest multiple of that rho whose plan still spends at most (epsilon, delta)
+    by `jaxdp.pld.plan_epsilon` (the zCDP budget itself where the PLD gains nothing). Its plan
+    says conversion "pld", and its check reruns that accounting."""
+    from jaxdp import pld  # dp_accounting loads only for a PLD calibration
+
+    budget = dict(budget)
+    epsilon, delta = budget.pop("epsilon"), budget.pop("delta")
+    budget["conversion"] = "exact"
+    if budget.pop("rho", None) is not None or epsilon is None:
+        raise ValueError(
+            "conversion 'pld' calibrates a whole (epsilon, delta) budget, and private bins spent part "
+            "of this one first: declare every numeric column's bins (edges, or equal-width bins), or "
+            "use conversion 'exact'"
+        )
+    first = build_at(epsilon=epsilon, delta=delta, **budget)
+    if not first.plan.charges:
+        raise ValueError(
+            f"conversion 'pld': mechanism {name!r} decides its charges as it runs (a zCDP filter), and "
+            "no privacy-loss-distribution filter is proved for its rounds here; use conversion 'exact'"
+        )
+
+    def stated(mechanism):
+        plan = dataclasses.replace(
+            mechanism.plan, epsilon=float(epsilon), delta=float(delta), conversion="pld"
+        )
+        return dataclasses.replace(mechanism, plan=pld.check(plan))
+
+    factor = pld.rho_factor(first.plan.charges, epsilon, delta)
+    if factor > 1.0:
+        try:
+            return stated(build_at(epsilon=None, delta=None, rho=factor * first.plan.rho_budget, **budget))
+        except BudgetExceededError:  # a plan whose scales do not all follow its rho: keep zCDP's
+            _logger.info("%s: its plan does not scale with rho; calibrated by zCDP", name)
+    return stated(first)
 
 
 def _default_rounds(name: str, spec: MechanismSpec, workload: MarginalWorkload, per_round: int) -> int:
