@@ -289,7 +289,8 @@ class Annealed:
             total = float(self.n_records)  # public
         else:
             total = estimated_total([noisy[bounds[j] : bounds[j + 1]] for j in range(len(ones))])
-        top_up = rule.one_way_top_up(schedule, total, sigma, len(ones), self.plan.rho_budget)
+        smallest = float(np.min(noisy))
+        top_up = rule.one_way_top_up(schedule, total, smallest, sigma, len(ones), self.plan.rho_budget)
         top_up_charge = rule.idle()[1]
         if top_up is not None:
             second, schedule = top_up

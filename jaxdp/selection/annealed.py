@@ -323,7 +323,7 @@ class HostRule:
         return schedule._replace(charges=(charge,))
 
     def one_way_top_up(
-        self, schedule: Schedule, total: float, sigma: float, count: int, rho_budget: float
+        self, schedule: Schedule, total: float, smallest: float, sigma: float, count: int, rho_budget: float
     ) -> tuple[float, Schedule] | None:
         """A second measurement of round 0's 1-way marginals, decided from the first: (its sigma,
         the schedule once it is measured, the rounds after calibrated for what it adds), or None
@@ -333,9 +333,10 @@ class HostRule:
             schedule: the schedule once the first measurement is charged (`after_one_way`).
             total: the table's size, n where it is public, else estimated from the first
                 measurement (`estimated_total`).
+            smallest: the first measurement's smallest noisy count (released).
             sigma: the first measurement's noise scale; count: the 1-way marginals it measured.
         """
-        del schedule, total, sigma, count, rho_budget
+        del schedule, total, smallest, sigma, count, rho_budget
         return None
 
     def after_round(self, schedule: Schedule, delta_t: float, scale: float, sigma: float) -> Schedule:
@@ -455,6 +456,10 @@ FEW_MARGINALS_ALPHA = 0.95
 # (T' >= FEWEST_ROUNDS d1); both measured in bench/README.md, "Small tables"
 ONE_WAY_RESOLUTION = 150.0
 FEWEST_ROUNDS = 2.0
+# ... and only where some noisy 1-way count is below AT_RISK sigmas, MST's merge threshold: a value
+# the noise could merge or lose (on 16 binary attributes of 50,000 records at epsilon 0.1 every
+# count is ~24 sigmas, and the paper's 256 rounds fit better than 32; bench/README.md)
+AT_RISK = 3.0
 
 
 def estimated_total(noisy: Sequence[np.ndarray]) -> float:
@@ -491,7 +496,8 @@ class AIMSelection(HostRule):
             marginals than the run has rounds, else 0.95.
         resolution: R, how finely round 0 must measure the 1-way counts: where the schedule
             for T rounds measures them with noise above n / R (n the table's size, public under
-            replace-one, else estimated from the 1-way measurement itself: `estimated_total`),
+            replace-one, else estimated from the 1-way measurement itself: `estimated_total`)
+            and some noisy count is below `AT_RISK` sigmas (a value near the noise; released),
             round 0 measures them again (`one_way_top_up`) so that both measurements together
             have the noise of a run calibrated for the fewer rounds T' = 2 alpha rho (n / R)^2 /
             L2^2 (at least `FEWEST_ROUNDS` d1, d1 the 1-way marginals: round 0 then spends at
@@ -596,11 +602,14 @@ class AIMSelection(HostRule):
         return min(max(rounds, float(least)), float(self.max_rounds))
 
     def one_way_top_up(
-        self, schedule: Schedule, total: float, sigma: float, count: int, rho_budget: float
+        self, schedule: Schedule, total: float, smallest: float, sigma: float, count: int, rho_budget: float
     ) -> tuple[float, Schedule] | None:
         """`resolution`'s second measurement of round 0 (None where T's schedule measured finely
-        enough): its sigma, and the schedule with the charge added and the next round's sigma
-        and epsilon those of a run calibrated for `calibrated_rounds`."""
+        enough, or where no noisy count is below AT_RISK sigmas: no value is near the noise, as
+        on a table of binary attributes): its sigma, and the schedule with the charge added and
+        the next round's sigma and epsilon those of a run calibrated for `calibrated_rounds`."""
+        if smallest >= AT_RISK * sigma:
+            return None
         rounds = self.calibrated_rounds(total, count, rho_budget)
         if rounds >= self.max_rounds:
             return None

@@ -105,6 +105,32 @@ def test_round_zero_of_a_large_table_is_the_papers():
     assert _aim().selection.resolution is None  # max_rounds=4 given
 
 
+def _binary_table(rare: bool) -> Dataset:
+    """20,000 records of 8 binary attributes, each value about half the records (or, `rare`,
+    attribute 0's value 1 on 8% of them)."""
+    rng = np.random.default_rng(3)
+    codes = (rng.random((20_000, 8)) < 0.5).astype(np.int32)
+    if rare:
+        codes[:, 0] = rng.random(20_000) < 0.08
+    return Dataset.from_codes(Domain.from_sizes({f"b{i}": 2 for i in range(8)}), codes)
+
+
+def test_round_zero_is_topped_up_only_where_a_count_is_near_the_noise():
+    """8 binary attributes at epsilon 0.1: T = 16 d measures the 1-way counts with sigma ~ 750,
+    above n / 150 = 133, but every count (~10,000) is ~13 sigmas: no value is near the noise,
+    round 0 is one measurement and the run is the paper's (a top-up would cut 128 rounds to 16).
+    Control: one attribute's value on 8% of the records (~1,600, about 2 sigmas) is topped up."""
+    rounds = {}
+    for rare in (False, True):
+        data = _binary_table(rare)
+        mech = jaxdp.aim(data, all_kway(data.domain.sizes, 2), epsilon=0.1, delta=1e-9)
+        sigma = mech.selection.start(mech.plan.rho_budget).sigma
+        assert sigma > len(data) / 150
+        run = loop.run(mech, jax.random.key(0), rounds=1)
+        rounds[rare] = [e.round for e in run.ledger].count(0)
+    assert rounds == {False: 1, True: 2}
+
+
 def _top_up_ledgers(monkeypatch, true_size: bool) -> list:
     """Round 0's ledger on two tables of 4,000 and 6,000 records (epsilon 1: T' between 2 d and T,
     so it follows the size), round 0 forced to release the same counts. `true_size`: the mutation
