@@ -107,7 +107,8 @@ def aim(
         resolution: with the default T only (a `max_rounds` given calibrates the run for it, as
             the paper does): where 16 d rounds would measure the 1-way counts with noise above
             n / resolution (n the table's size: public under replace-one, else estimated from
-            round 0's counts) and some noisy count is below 3 sigmas (a value near the noise),
+            round 0's counts) and some noisy count of an attribute of at least 20 values is below 3
+            sigmas (a value the noise could merge or lose),
             round 0 measures them a second time, so that the two together
             have that noise, and the rounds after are calibrated for the fewer rounds T' that
             takes (at least 2 d; `jaxdp.selection.AIMSelection`). None: the paper's schedule

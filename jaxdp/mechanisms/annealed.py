@@ -54,7 +54,7 @@ from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import measure_on_host
 from jaxdp.mechanisms._common import private_counts, record_count, require_categorical
 from jaxdp.queries import MarginalWorkload, marginal_counts
-from jaxdp.selection.annealed import SQRT_2_OVER_PI, HostRule, RoundRecord, Schedule, estimated_total
+from jaxdp.selection.annealed import SQRT_2_OVER_PI, WIDE, HostRule, RoundRecord, Schedule, estimated_total
 from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 logger = logging.getLogger("jaxdp.mechanisms.aim")
@@ -289,7 +289,11 @@ class Annealed:
             total = float(self.n_records)  # public
         else:
             total = estimated_total([noisy[bounds[j] : bounds[j + 1]] for j in range(len(ones))])
-        smallest = float(np.min(noisy))
+        # the smallest noisy count of a wide attribute (where a value can be merged or lost)
+        wide = [
+            noisy[bounds[j] : bounds[j + 1]] for j in range(len(ones)) if bounds[j + 1] - bounds[j] >= WIDE
+        ]
+        smallest = min((float(np.min(counts)) for counts in wide), default=math.inf)
         top_up = rule.one_way_top_up(schedule, total, smallest, sigma, len(ones), self.plan.rho_budget)
         top_up_charge = rule.idle()[1]
         if top_up is not None:

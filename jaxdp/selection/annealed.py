@@ -333,7 +333,8 @@ class HostRule:
             schedule: the schedule once the first measurement is charged (`after_one_way`).
             total: the table's size, n where it is public, else estimated from the first
                 measurement (`estimated_total`).
-            smallest: the first measurement's smallest noisy count (released).
+            smallest: the first measurement's smallest noisy count among the attributes of at
+                least `WIDE` values (released; inf where there is none).
             sigma: the first measurement's noise scale; count: the 1-way marginals it measured.
         """
         del schedule, total, smallest, sigma, count, rho_budget
@@ -456,10 +457,12 @@ FEW_MARGINALS_ALPHA = 0.95
 # (T' >= FEWEST_ROUNDS d1); both measured in bench/README.md, "Small tables"
 ONE_WAY_RESOLUTION = 150.0
 FEWEST_ROUNDS = 2.0
-# ... and only where some noisy 1-way count is below AT_RISK sigmas, MST's merge threshold: a value
-# the noise could merge or lose (on 16 binary attributes of 50,000 records at epsilon 0.1 every
-# count is ~24 sigmas, and the paper's 256 rounds fit better than 32; bench/README.md)
+# ... and only where some noisy count of a WIDE attribute (the compression's `min_values`) is below
+# AT_RISK sigmas, MST's merge threshold: a value the noise could merge or lose. Narrow attributes
+# are not merged, and their rare values gain less from the top-up than the paper's many rounds
+# give (16 binary attributes of 50,000 records at epsilon 0.1: bench/README.md, "Small tables")
 AT_RISK = 3.0
+WIDE = 20
 
 
 def estimated_total(noisy: Sequence[np.ndarray]) -> float:
@@ -497,7 +500,8 @@ class AIMSelection(HostRule):
         resolution: R, how finely round 0 must measure the 1-way counts: where the schedule
             for T rounds measures them with noise above n / R (n the table's size, public under
             replace-one, else estimated from the 1-way measurement itself: `estimated_total`)
-            and some noisy count is below `AT_RISK` sigmas (a value near the noise; released),
+            and some noisy count of an attribute of at least `WIDE` values is below `AT_RISK`
+            sigmas (a value the noise could merge or lose; released),
             round 0 measures them again (`one_way_top_up`) so that both measurements together
             have the noise of a run calibrated for the fewer rounds T' = 2 alpha rho (n / R)^2 /
             L2^2 (at least `FEWEST_ROUNDS` d1, d1 the 1-way marginals: round 0 then spends at
@@ -605,8 +609,8 @@ class AIMSelection(HostRule):
         self, schedule: Schedule, total: float, smallest: float, sigma: float, count: int, rho_budget: float
     ) -> tuple[float, Schedule] | None:
         """`resolution`'s second measurement of round 0 (None where T's schedule measured finely
-        enough, or where no noisy count is below AT_RISK sigmas: no value is near the noise, as
-        on a table of binary attributes): its sigma, and the schedule with the charge added and
+        enough, or where no wide attribute's noisy count is below AT_RISK sigmas, `smallest`:
+        no value the noise could merge or lose): its sigma, and the schedule with the charge added and
         the next round's sigma and epsilon those of a run calibrated for `calibrated_rounds`."""
         if smallest >= AT_RISK * sigma:
             return None
