@@ -112,9 +112,10 @@ def aim(
             round 0 measures them a second time, so that the two together
             have that noise, and the rounds after are calibrated for the fewer rounds T' that
             takes (at least 2 d; `jaxdp.selection.AIMSelection`). None: the paper's schedule
-            for T. On tables of 1,000-1,300 records (bench/README.md, "Small tables") it cut
-            AIM's mean L1 at epsilon 0.1 from 1.54-1.62 to 1.20-1.41, below Independent's, and
-            at epsilon 1 by 11-23%; on ADULT's 48,842 records it changes nothing at epsilon 1.
+            for T. On three tables of 1,000-1,304 records (bench/README.md, "Small tables", 5
+            seeds) it cut AIM's mean L1 at epsilon 0.1 from 1.50-1.62 to 1.25-1.45 (below
+            Independent's on two, 1.02x it on PUMS) and at epsilon 1 by 8-20%; on the bench's
+            tables of 48,842-50,000 records it changes nothing at epsilon 1.
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over
