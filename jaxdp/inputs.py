@@ -205,7 +205,9 @@ def finish(result: Result, inputs: Inputs, key: Key) -> Result:
     prepared = inputs.prepared
     if prepared is None:
         return result
-    report, ledger, plan = preprocess.merge(result.report, result.ledger, prepared, result.plan)
+    # the declared plan says whether the charges were fixed before the run (AIM's: none)
+    fixed = bool(result.mechanism.plan.charges)
+    report, ledger, plan = preprocess.merge(result.report, result.ledger, prepared, result.plan, fixed=fixed)
     data = result.data
     if result.synthetic is not None:
         data = prepared.coding.decode(result.synthetic, decode_key(require_key(key)))

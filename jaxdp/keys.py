@@ -41,6 +41,7 @@ class Stream(enum.IntEnum):
     PREPROCESS = 0x9B1A
     DECODE = 0xDEC0
     CHECKPOINT = 0xC4EC
+    MEASURE_AGAIN = 0x3EA2  # a round's second measurement (AIM's round-0 top-up)
 
 
 def is_typed_key(key: object) -> bool:

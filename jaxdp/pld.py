@@ -18,7 +18,8 @@ estimates throughout, so every epsilon here is an upper bound:
 - Gaussian (float noise): `from_gaussian_mechanism` at the declared sensitivity (float noise
   does not meet its stated delta at all, `jaxdp.noise`; kept so its runs report a figure).
 - discrete Laplace (L1 sensitivity k on integer counts): k discrete Laplace losses of shift 1,
-  by the same argument; Laplace (float): `from_laplace_mechanism` on k unit shifts.
+  by the same argument; Laplace (float): `from_laplace_mechanism` on k unit shifts. Both hold
+  only while no cell moves by more than one (no mechanism measures with Laplace noise today).
 - exponential mechanism and Gumbel top-k (epsilon = 2 sensitivity / scale a selection, k
   selections for top-k, Durfee & Rogers 2019): the pure epsilon-DP profile
   (`from_privacy_parameters`), all that this module proves of them. jaxdp's zCDP accounting

@@ -113,14 +113,24 @@ def prepare(
     return Prepared(coding, coding.encode(table), budget, plan, ledger)
 
 
-def merge(report: dict[str, Any], ledger: list[LedgerEntry], prepared: Prepared, mechanism_plan: Plan):
+def merge(
+    report: dict[str, Any],
+    ledger: list[LedgerEntry],
+    prepared: Prepared,
+    mechanism_plan: Plan,
+    *,
+    fixed: bool,
+):
     """The release's report, ledger and plan: the preprocessing's and the mechanism's together.
 
     Args:
         report: the mechanism's report (`jaxdp.execution.execute`).
         ledger: the mechanism's audited ledger.
         prepared: what `prepare` returned.
-        mechanism_plan: the plan the mechanism's ledger was audited against.
+        mechanism_plan: the plan the mechanism's ledger was audited against (an adaptive one's
+            realised plan).
+        fixed: whether the mechanism's charges were all fixed before it ran (its declared plan
+            has them): only then is the ledger's PLD epsilon a guarantee (`epsilon_pld`).
 
     Returns:
         (report, ledger, plan): the budget fields are the release's (epsilon, delta, rho_budget,
@@ -138,7 +148,7 @@ def merge(report: dict[str, Any], ledger: list[LedgerEntry], prepared: Prepared,
     preprocessing_rho = rho_spent(prepared.ledger)
     merged = {
         **report,
-        **budget_fields(plan, ledger, fixed=bool(mechanism_plan.charges)),
+        **budget_fields(plan, ledger, fixed=fixed),
         "ledger": [e.to_json() for e in ledger],
         "preprocessing": {
             "columns": prepared.coding.describe(),

@@ -346,10 +346,10 @@ class Annealed:
         again: bool = False,
     ):
         """Gaussian counts of the candidates' cells at `index` from the round key's MEASURE stream
-        (`again`: a second measurement in the round, from a key folded out of that stream)."""
-        measure_key = stream_key(key, Stream.MEASURE)
+        (`again`: a second measurement in the round, from its own MEASURE_AGAIN stream: no word
+        of it is derived from the first's key, whatever the PRNG's partitioning)."""
         return measure_on_host(
-            jax.random.fold_in(measure_key, 1) if again else measure_key,
+            stream_key(key, Stream.MEASURE_AGAIN if again else Stream.MEASURE),
             parts.counts,
             index,
             sigma=sigma,

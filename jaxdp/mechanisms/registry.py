@@ -16,7 +16,6 @@ from typing import Any
 
 from jax.sharding import Mesh
 
-from jaxdp.accounting import BudgetExceededError
 from jaxdp.domain import Dataset
 from jaxdp.families.compression import Compression
 from jaxdp.queries import MarginalWorkload
@@ -239,7 +238,7 @@ def _calibrated_by_pld(name: str, build_at: Callable[..., Any], budget: dict[str
     if factor > 1.0:
         try:
             return stated(build_at(epsilon=None, delta=None, rho=factor * first.plan.rho_budget, **budget))
-        except BudgetExceededError:  # a plan whose scales do not all follow its rho: keep zCDP's
+        except ValueError:  # a plan that does not scale with its rho (or refuses it): keep zCDP's
             _logger.info("%s: its plan does not scale with rho; calibrated by zCDP", name)
     return stated(first)
 

@@ -622,6 +622,8 @@ class AIMSelection(HostRule):
             return None
         # the second measurement's sigma: together with the first, precision 1 / target^2
         sensitivity, second = self.one_way_measurement(1.0 / math.sqrt(target**-2 - sigma**-2), count)
+        if self.noise == "discrete" and second > samplers.SIGMA_MAX:  # too little to add: none
+            return None
         charge = (noise.PRIMITIVES.index(self.measure_primitive), sensitivity, second)
         epsilon = math.sqrt(8.0 * (1.0 - self.alpha) * rho_budget / rounds)
         return second, schedule._replace(sigma=target, epsilon=epsilon, charges=(*schedule.charges, charge))

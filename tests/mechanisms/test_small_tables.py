@@ -172,6 +172,19 @@ def test_a_top_up_that_reads_the_true_size_is_caught(monkeypatch):
     assert len(first) == len(second) == 2 and first[1].scale != second[1].scale
 
 
+@pytest.mark.parametrize("released", [10_000, 10])
+def test_whether_round_zero_tops_up_reads_the_release(monkeypatch, released):
+    """4,000 pile records at epsilon 1 (sigma ~ 53 at T; ~37 records a wide value, under 3 sigma):
+    round 0 made to release `released` for every count. 10,000 (far above 3 sigma): no top-up,
+    whatever the true counts; 10: the top-up. A rule that read the true counts would top up
+    both."""
+    data = _pile_table(n=4000)
+    cells = sum(data.domain.sizes)
+    round_zero_releases(monkeypatch, np.full(cells, float(released)))
+    run = loop.run(_registry("aim", data, 1.0), jax.random.key(2), rounds=1)
+    assert [e.round for e in run.ledger].count(0) == (1 if released == 10_000 else 2)
+
+
 def test_estimated_total_weighs_each_attribute_by_its_inverse_variance():
     """An attribute of k values sums k noisy counts (variance k sigma^2): weights 1 / k."""
     noisy = [np.array([10.0, 20.0]), np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])]  # sums 30 and 21

@@ -239,3 +239,47 @@ def test_a_plan_with_only_rho_has_no_epsilon():
     plan = Plan.from_rho(0.1)
     fields = jaxdp.ledger.budget_fields(plan, [], fixed=True)
     assert fields["epsilon_spent"] is fields["epsilon_pld"] is fields["epsilon_zcdp"] is None
+
+
+def _schema_table(n: int = 400) -> tuple[dict, dict]:
+    """A table given as columns with a table schema (the release goes through preprocessing's
+    merge): three categorical columns, dependent."""
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 3, n)
+    b = (a + rng.integers(0, 2, n)) % 4
+    schema = {
+        "columns": {
+            "a": {"type": "categorical", "categories": ["x", "y", "z"]},
+            "b": {"type": "categorical", "categories": ["p", "q", "r", "s"]},
+            "c": {"type": "categorical", "size": 2},
+        }
+    }
+    columns = {
+        "a": np.array(["x", "y", "z"])[a],
+        "b": np.array(["p", "q", "r", "s"])[b],
+        "c": rng.integers(0, 2, n),
+    }
+    return columns, schema
+
+
+def test_a_table_schemas_release_states_the_same_accountants():
+    """Through a table schema (preprocessing's merge): AIM's adaptive run states no PLD figure;
+    a PLD-calibrated Independent states accountant "pld" with its PLD epsilon."""
+    columns, schema = _schema_table()
+    adaptive = jaxdp.synthesize(
+        columns,
+        schema,
+        mechanism="aim",
+        epsilon=1.0,
+        key=jax.random.key(0),
+        max_rounds=6,
+        iters=20,
+        final_iters=20,
+    ).report
+    assert adaptive["preprocessing"] is not None
+    assert adaptive["accountant"] == "zcdp" and adaptive["epsilon_pld"] is None
+    fixed = jaxdp.synthesize(
+        columns, schema, mechanism="independent", epsilon=1.0, key=jax.random.key(0), conversion="pld"
+    ).report
+    assert fixed["accountant"] == "pld" and fixed["epsilon_spent"] == fixed["epsilon_pld"] <= 1.0
+    assert fixed["epsilon_zcdp"] > 1.0
