@@ -274,6 +274,8 @@ def _run_python(mechanism, key, rounds, progress, store: Checkpoint | None, save
             store.save(t + 1, state, _stacked(infos))
         _report(progress, t + 1, rounds)
         if finished:
+            if t + 1 < rounds:  # a privacy filter stops when the budget is spent, not at its cap
+                logger.info("the budget is spent: the run ends after round %d of at most %d", t + 1, rounds)
             break
     return state, _stacked(infos)
 
