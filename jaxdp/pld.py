@@ -50,7 +50,6 @@ DISCRETISATION = 1e-4
 _WHOLE = 1e-6
 
 GAUSSIANS = ("discrete_gaussian", "gaussian")
-LAPLACES = ("discrete_laplace", "laplace")
 SELECTIONS = ("exponential", "gumbel_top_k", "discrete_exponential", "discrete_top_k")
 
 

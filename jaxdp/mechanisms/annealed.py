@@ -216,7 +216,8 @@ class Annealed:
     def step(self, state: AnnealedState, key: Key) -> tuple[AnnealedState, AnnealedInfo]:
         require_key(key)
         if state.schedule.done:
-            return state, AnnealedInfo(charges=(*self.selection.idle(), self.selection.idle()[1]))
+            select, measure = self.selection.idle()
+            return state, AnnealedInfo(charges=(select, measure, measure))
         if state.rounds_done == 0:
             return self._initialise(state, key)
         return self._adaptive_round(state, key)
