@@ -152,8 +152,21 @@ def done_keys(path: str | None, commit: str | None) -> set[tuple[str, str, int]]
 
 
 def run_jaxdp(
-    mechanism: str, seed: int, table: str, domain: str, rows: int, work: str, extra: tuple[str, ...] = ()
+    mechanism: str,
+    seed: int,
+    table: str,
+    domain: str,
+    rows: int,
+    work: str,
+    extra: tuple[str, ...] = (),
+    *,
+    workload: str = "all-3way",
+    epsilon: float = EPSILON,
+    relation: str | None = None,
+    timeout: float = 3600,
 ) -> dict:
+    """`python -m jaxdp synth` as a whole process (fresh compile cache), timed from outside; a
+    run past `timeout` seconds is recorded as timed out."""
     out, report = os.path.join(work, "synth.csv"), os.path.join(work, "report.json")
     cache = tempfile.mkdtemp(prefix="jaxdp-cache-", dir=work)
     cmd = [
@@ -164,7 +177,7 @@ def run_jaxdp(
         "--mechanism",
         mechanism,
         "--epsilon",
-        str(EPSILON),
+        str(epsilon),
         "--delta",
         str(DELTA),
         "--data",
@@ -172,9 +185,9 @@ def run_jaxdp(
         "--domain",
         domain,
         "--workload",
-        "all-3way",
+        workload,
         "--relation",
-        JAXDP_RELATION[mechanism],
+        relation or JAXDP_RELATION[mechanism],
         "--seed",
         str(seed),
         "--rows",
@@ -186,10 +199,18 @@ def run_jaxdp(
         *extra,
     ]
     env = dict(os.environ, JAXDP_CACHE_DIR=cache, PYTHONPATH=ROOT)
+    row = {"command": " ".join(cmd[1:]), "cache": "fresh empty JAXDP_CACHE_DIR"}
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
-    wall = time.perf_counter() - start
-    row = {"wall_s": wall, "command": " ".join(cmd[1:]), "cache": "fresh empty JAXDP_CACHE_DIR"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return row | {
+            "wall_s": timeout,
+            "ok": False,
+            "timed_out": True,
+            "error": f"over the {timeout:.0f} s cap",
+        }
+    row["wall_s"] = time.perf_counter() - start
     if proc.returncode != 0:
         return row | {"ok": False, "error": proc.stderr.strip()[-2000:]}
     with open(report) as fh:
