@@ -337,6 +337,7 @@ def _tiny_csvs(tmp_path):
 # Rounds small enough for the tiny table (AIM's T is at least the workload's 4 attributes).
 PAIR_ROUNDS = {
     "aim": 4,
+    "aim-gdp": 4,
     "aim-gem": 4,
     "dualquery": 2,
     "fem": 2,

@@ -3,11 +3,12 @@
 `adaptive` composes a selection rule, a measurement and a family into a mechanism (an `Adaptive`,
 or for AIM's filter rule an `Annealed`); every shipped mechanism is a preset of it: MWEM, PEP,
 PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent, Gaussian,
-AIM, AIM-GEM, MST and PrivBayes.
+AIM, AIM-GDP, AIM-GEM, MST and PrivBayes.
 """
 
 from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, QueryClass, adaptive
 from jaxdp.mechanisms.aim import aim
+from jaxdp.mechanisms.aim_gdp import aim_gdp
 from jaxdp.mechanisms.aim_gem import aim_gem
 from jaxdp.mechanisms.annealed import Annealed, AnnealedState, ErrorBounds
 from jaxdp.mechanisms.dualquery import dualquery
@@ -32,6 +33,7 @@ __all__ = [
     "QueryClass",
     "adaptive",
     "aim",
+    "aim_gdp",
     "aim_gem",
     "dualquery",
     "fem",

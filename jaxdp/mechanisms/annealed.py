@@ -373,7 +373,7 @@ class Annealed:
         started = time.perf_counter()
         answered = self._answers(parts, state.model, mask)
         model_counts = answered.astype(np.float32)
-        choice, select_charge, delta_t, scale = rule(
+        selected = rule(
             stream_key(key, Stream.SELECT),
             parts.counts,
             model_counts,
@@ -381,7 +381,9 @@ class Annealed:
             sigma,
             rho_select,
             measured=[m.clique for m in state.measurements],
+            schedule=state.schedule,
         )
+        choice = selected.choice
         score_s = time.perf_counter() - started
 
         sigma_used = rule.measure_sigma(rho_measure)
@@ -427,12 +429,12 @@ class Annealed:
                 w_start = workload.offsets[j]
                 last_model_counts[w_start : w_start + workload.cells[j]] = model_counts[rule.span(i)]
 
-        schedule = rule.after_round(state.schedule, delta_t, scale, sigma_used)
+        schedule = rule.after_round(state.schedule, selected, sigma_used)
         record = RoundRecord(
             selected=choice,
             sigma=sigma_used,
-            epsilon=2.0 * delta_t / scale,
-            score_sensitivity=delta_t,
+            epsilon=selected.epsilon,
+            score_sensitivity=selected.entry[1],
             n_eligible=int(mask.sum()),
             selected_error=float(np.abs(before - noisy).sum()),
         )
@@ -454,7 +456,7 @@ class Annealed:
             last_round=last_round,
             last_model_counts=last_model_counts,
         )
-        return new, AnnealedInfo(charges=(select_charge, measure_charge, rule.idle()[1]))
+        return new, AnnealedInfo(charges=(selected.charge, measure_charge, rule.idle()[1]))
 
     def _eligible(self, parts: Parts, state: AnnealedState, budget_used: float) -> np.ndarray:
         """C_t: the candidates the family admits (its size filter) that the rule allows."""

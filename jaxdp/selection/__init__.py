@@ -17,6 +17,8 @@ budget and composes it with a measurement and a family.
   baselines).
 - `AIMSelection`: AIM's weighted L1 score with budget annealing and a privacy filter (AIM,
   AIM-GEM); it drives its mechanism from the host, round by round.
+- `NoisyErrorSelection`: AIM's rule with DPSynth's AIM-GDP selection, a Gaussian measurement of
+  a few candidates' L1 errors and the best noisy score (AIM-GDP).
 - `MSTSelection`: MST's maximum spanning tree of pairs, picked by their L1 error against the
   1-way model on a fixed budget (MST); driven from the host like AIM's (both are `HostRule`s).
 - `PrivBayesSelection`: PrivBayes's greedy Bayesian network, each attribute's parents picked by
@@ -29,6 +31,7 @@ See `jaxdp.selection.rules` for writing a rule of your own.
 from jaxdp.selection.annealed import AIMSelection, HostRule, RoundRecord, default_alpha
 from jaxdp.selection.games import SignedError, SignedErrorSamples
 from jaxdp.selection.mst import MSTSelection
+from jaxdp.selection.noisy_errors import NoisyErrorSelection
 from jaxdp.selection.privbayes import PrivBayesSelection
 from jaxdp.selection.rules import (
     GRID_MAX_RECORDS,
@@ -60,6 +63,7 @@ __all__ = [
     "L1Error",
     "MSTSelection",
     "MaxError",
+    "NoisyErrorSelection",
     "PrivBayesSelection",
     "QueryError",
     "RoundRecord",

@@ -69,18 +69,43 @@ class Schedule(NamedTuple):
 
     sigma, epsilon: the next round's parameters (epsilon None: the filter's final round comes
     next); charges: (primitive code, sensitivity, scale) of every primitive invoked, in order
-    (the realised plan, and the one source of the rho spent); done: the budget is spent.
+    (the realised plan, and the one source of the rho spent); done: the budget is spent;
+    noisy_errors: per candidate, the last noisy L1 error a Gaussian selection released for it
+    (NaN: none yet; `jaxdp.selection.NoisyErrorSelection`), or None for a rule that releases
+    none.
     """
 
     sigma: float
     epsilon: float | None
     charges: tuple[tuple[int, float, float], ...]
     done: bool
+    noisy_errors: tuple[float, ...] | None = None
 
     @property
     def rho_spent(self) -> float:
         """The rho of the charges so far, summed in order (as the filter adds them up)."""
         return sum(charge_rho(noise.PRIMITIVES[code], sens, scale) for code, sens, scale in self.charges)
+
+
+class Selected(NamedTuple):
+    """What a round's selection did (all public): the picked candidate, the selection's Charge,
+    the (primitive code, sensitivity, scale) the schedule records for it, the epsilon of an
+    exponential-mechanism selection (0 for a Gaussian one), and the schedule's `noisy_errors`
+    after it (None: unchanged)."""
+
+    choice: int
+    charge: Charge
+    entry: tuple[int, float, float]
+    epsilon: float
+    noisy_errors: tuple[float, ...] | None = None
+
+
+def exponential_selected(
+    choice, charge: Charge, primitive: str, sensitivity: float, scale: float
+) -> Selected:
+    """The `Selected` of an exponential mechanism at `scale` for score sensitivity `sensitivity`."""
+    entry = (noise.PRIMITIVES.index(primitive), float(sensitivity), float(scale))
+    return Selected(int(choice), charge, entry, 2.0 * float(sensitivity) / float(scale))
 
 
 @jax.jit
@@ -144,6 +169,23 @@ def relative_to_best(quality: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, relative, -noise.GRID_LIMIT).astype(np.int32)
 
 
+def candidate_l1_steps(
+    true_counts: np.ndarray, model_counts: np.ndarray, candidates: MarginalWorkload, steps: int
+) -> np.ndarray:
+    """(n_candidates,) int64 E_r = sum_cells |K c - round(K mu)| with K = `steps`: each candidate's
+    L1 error in steps of 1 / K counts, exact (the true counts c, private; the model's counts mu,
+    public, clipped to >= 0 and scaled to sum to at most 2^32 per marginal, so E_r < 2^40 for
+    K <= 64). A neighbour moves c by 1 in at most L1 cells (the relation's L1 sensitivity), so
+    E_r moves by at most K L1."""
+    segments = candidates.marginal_of_query()
+    mu = np.clip(np.asarray(model_counts, np.float64), 0.0, _MODEL_TOTAL_LIMIT)
+    totals = np.bincount(segments, weights=mu, minlength=len(candidates))
+    mu = mu * np.minimum(1.0, _MODEL_TOTAL_LIMIT / np.maximum(totals, 1.0))[segments]
+    model = np.rint(steps * mu).astype(np.int64)
+    errors = np.abs(steps * np.asarray(true_counts, np.int64) - model)
+    return np.add.reduceat(errors, np.asarray(candidates.offsets, np.int64))
+
+
 def grid_quality_steps(
     true_counts: np.ndarray,
     model_counts: np.ndarray,
@@ -190,14 +232,8 @@ def grid_quality_steps(
             "exact AIM scores need an L1 sensitivity that is a multiple of 2^-16 counts, "
             f"got {l1_sensitivity!r}"
         )
-    segments = candidates.marginal_of_query()
     cells = np.asarray(candidates.cells, np.int64)
-    mu = np.clip(np.asarray(model_counts, np.float64), 0.0, _MODEL_TOTAL_LIMIT)
-    totals = np.bincount(segments, weights=mu, minlength=len(candidates))
-    mu = mu * np.minimum(1.0, _MODEL_TOTAL_LIMIT / np.maximum(totals, 1.0))[segments]
-    model = np.rint(COUNT_STEPS * mu).astype(np.int64)
-    errors = np.abs(COUNT_STEPS * np.asarray(true_counts, np.int64) - model)
-    l1 = np.add.reduceat(errors, np.asarray(candidates.offsets, np.int64))  # <= K (n + 2^32 + cells) < 2^40
+    l1 = candidate_l1_steps(true_counts, model_counts, candidates, COUNT_STEPS)
     penalty = np.rint(np.minimum(COUNT_STEPS * SQRT_2_OVER_PI * float(sigma) * cells, _PENALTY_LIMIT))
     mask = np.asarray(mask, bool)
     weights = np.asarray(weights, np.float64)
@@ -340,14 +376,18 @@ class HostRule:
         del schedule, total, smallest, sigma, count, rho_budget
         return None
 
-    def after_round(self, schedule: Schedule, delta_t: float, scale: float, sigma: float) -> Schedule:
-        """The schedule after a select + measure round: its two charges added."""
+    def after_round(self, schedule: Schedule, selected: Selected, sigma: float) -> Schedule:
+        """The schedule after a select + measure round: its two charges added (and the noisy
+        errors a Gaussian selection released)."""
         charges = (
             *schedule.charges,
-            (noise.PRIMITIVES.index(self.select_primitive), delta_t, scale),
+            selected.entry,
             (noise.PRIMITIVES.index(self.measure_primitive), self.l2_sensitivity, sigma),
         )
-        return schedule._replace(charges=charges)
+        schedule = schedule._replace(charges=charges)
+        if selected.noisy_errors is not None:
+            schedule = schedule._replace(noisy_errors=selected.noisy_errors)
+        return schedule
 
     @staticmethod
     def learned(after: np.ndarray, before: np.ndarray, sigma: float) -> bool:
@@ -359,10 +399,9 @@ class HostRule:
     def realised_plan(self, schedule: Schedule, plan: Plan) -> Plan:
         """The plan the run followed: one charge per primitive invoked, within the budget."""
         realised = Plan(plan.rho_budget, plan.epsilon, plan.delta, plan.conversion)
-        measure = noise.PRIMITIVES.index(self.measure_primitive)
-        # round 0's measurements: the charges before the first selection (one, or two with a
-        # top-up: `one_way_top_up`)
-        opening = next((i for i, c in enumerate(schedule.charges) if c[0] != measure), len(schedule.charges))
+        # round 0's measurements (one, or two with a top-up: `one_way_top_up`) come before the
+        # rounds' (selection, measurement) pairs, so their count is the parity of the total
+        opening = 2 - len(schedule.charges) % 2 if schedule.charges else 0
         for i, (code, sensitivity, scale) in enumerate(schedule.charges):
             primitive = noise.PRIMITIVES[code]
             if i < opening:
@@ -387,7 +426,8 @@ class HostRule:
         sigma: float,
         rho_select: float,
         measured: Sequence[tuple[int, ...]] = (),
-    ) -> tuple[int, Charge, float, float]:
+        schedule: Schedule | None = None,
+    ) -> Selected:
         """The exponential mechanism over the masked candidates C_t on the weighted L1 score
         (AIM's quality score; without its noise penalty where `noise_penalty` is False).
 
@@ -398,15 +438,18 @@ class HostRule:
             mask: (n_candidates,) bool C_t; sigma: the round's noise; rho_select: its cost.
             measured: the cliques measured so far (unused here; a rule whose score depends on
                 them reads them).
+            schedule: the schedule before the round (unused here; a rule that keeps what earlier
+                selections released reads it).
 
         Returns:
-            (the picked candidate, Charge, Delta_t, the selection scale 2 Delta_t / epsilon_t).
+            the pick, its Charge and its ledger entry (sensitivity Delta_t, scale
+            2 Delta_t / epsilon_t).
 
         Privacy:
             Reads the true counts; one exponential mechanism (`noise.select_grid` on exact
             integer scores, or `noise.select` under noise="float").
         """
-        del measured
+        del measured, schedule
         weights = np.asarray(self.weights)
         delta_t = self.l1_sensitivity * float(weights[mask].max())
         scale = gumbel_scale(delta_t, rho_select)
@@ -430,7 +473,7 @@ class HostRule:
         else:
             scores = counts.map(quality_scores, model_counts, self.candidates, weights, penalty_sigma)
             choice, charge = noise.select(key, scores, **settings)
-        return int(choice), charge, delta_t, scale
+        return exponential_selected(choice, charge, self.select_primitive, delta_t, scale)
 
 
 @pytree_dataclass

@@ -71,8 +71,8 @@ from jaxdp import _checks
 from jaxdp import noise as noise_module
 from jaxdp.accounting import Plan, PlannedCharge, gumbel_scale
 from jaxdp.queries import MarginalWorkload, downward_closure
-from jaxdp.selection.annealed import FixedPlanRule, Schedule, relative_to_best
-from jaxdp.types import Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
+from jaxdp.selection.annealed import FixedPlanRule, Schedule, Selected, exponential_selected, relative_to_best
+from jaxdp.types import Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 # The most candidate families a run counts (their true counts are all computed when it is built).
 MAX_CANDIDATES = 100_000
@@ -243,7 +243,8 @@ class PrivBayesSelection(FixedPlanRule):
         sigma: float,
         rho_select: float,
         measured: Sequence[Clique] = (),
-    ) -> tuple[int, Charge, float, float]:
+        schedule: Schedule | None = None,
+    ) -> Selected:
         """The exponential mechanism over the allowed families on T (module docstring), in grid
         steps of (6n + 4) / GRID_STEPS: floor(T GRID_STEPS / (6n + 4)) moves by at most
         GRID_STEPS between neighbours.
@@ -251,7 +252,7 @@ class PrivBayesSelection(FixedPlanRule):
         Privacy:
             Reads the true counts; one exponential mechanism (`noise.select_grid`).
         """
-        del model_counts, sigma  # the score reads the data alone
+        del model_counts, sigma, schedule  # the score reads the data alone
         children = self.options(measured)
         delta = self.score_sensitivity
         scale = gumbel_scale(float(delta), rho_select)
@@ -261,7 +262,7 @@ class PrivBayesSelection(FixedPlanRule):
         choice, charge = noise_module.select_grid(
             key, steps, scale=scale, sensitivity=float(delta), noise=self.noise, mask=jnp.asarray(mask)
         )
-        return int(choice), charge, float(delta), scale
+        return exponential_selected(choice, charge, self.select_primitive, float(delta), scale)
 
     def _steps(self, counts: np.ndarray, mask: np.ndarray, children: dict[Clique, int]) -> np.ndarray:
         """(n_candidates,) int32 grid scores relative to the best allowed family (host, int64)."""

@@ -12,6 +12,7 @@ import jaxdp
 from jaxdp import audit, loop
 from jaxdp.families import pgm
 from jaxdp.queries import all_kway, marginal_counts
+from jaxdp.selection.annealed import exponential_selected
 from tests.conftest import programs_built
 
 from .conftest import tiny_dataset
@@ -48,7 +49,10 @@ def test_annealing_rule_on_a_scripted_sequence():
             break
         scale = 2 * max(rule.weights) * rule.l1_sensitivity / schedule.epsilon
         before = schedule.rho_spent
-        schedule = rule.after_round(schedule, max(rule.weights) * rule.l1_sensitivity, scale, schedule.sigma)
+        selected = exponential_selected(
+            0, None, rule.select_primitive, max(rule.weights) * rule.l1_sensitivity, scale
+        )
+        schedule = rule.after_round(schedule, selected, schedule.sigma)
         assert schedule.rho_spent - before == pytest.approx(rule.round_cost(schedule.sigma, schedule.epsilon))
         done += 1
         schedule = rule.anneal_or_finish(

@@ -1,0 +1,223 @@
+"""Empirical DP of AIM-GDP's selection round on add/remove neighbours, through the primitives it
+calls (the method and neighbours of `test_aim_round`).
+
+AIM-GDP's round 0 and its measurements are AIM's own code (`test_aim_round` attacks them); what
+is new is the selection, a discrete Gaussian measurement of the candidates' exact L1 errors
+(`jaxdp.selection.NoisyErrorSelection`). AIM-GDP's real `step` runs once on D and once on D' from
+the same public state (round 0 released (15, 85) for every attribute, so every candidate's error
+is 10 on D; D' adds r = (0, 1, 1, 1), which moves attribute 0's error to 9 and the others' to 11:
+every error moves by its full sensitivity, a worst case), the selection's call to
+`noise.discrete_gaussian` is recorded, and it is replayed 50,000 times from fresh keys and
+attacked by the projection of its output on the move D -> D' (threshold events), held to the
+claim of its own Charge, cdp_epsilon(rho, delta). The measurement that follows is attacked the
+same way, with the pick forced to one marginal on both tables.
+
+Negative controls: half the noise and no noise at the primitive, and a factory bug (half the
+true L1 sensitivity declared: half the noise scale, with Charges that recompute to the honest
+claims). An exact check walks every neighbour with non-unit workload weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdp
+from jaxdp import accounting
+from jaxdp.keys import Stream, stream_key
+from jaxdp.queries import all_kway
+from jaxdp.selection.annealed import COUNT_STEPS
+
+from .test_aim_round import (
+    CODES,
+    D_PRIME,
+    DOMAIN,
+    MEASURE,
+    ONE_WAY,
+    SELECTED,
+    TRUE,
+    D,
+    _prefix,
+    _reveal,
+    _step,
+    attack_bound,
+)
+from .test_mechanism_rounds import FAST_DELTA
+
+pytest.importorskip("mbi")
+
+PARTS = ("selection", "measurement")
+
+
+def _build(data, l1_sensitivity: float | None = None, workload=ONE_WAY):
+    """rho / T = 0.25 split evenly, as `test_aim_round`: the selection's 4 errors (round 1
+    measures every candidate) at sigma 4 counts, twice their L2 sensitivity 2; the measurement
+    at sigma 2. `l1_sensitivity`: a factory bug declaring another."""
+    mechanism = jaxdp.aim_gdp(data, workload, rho=2.0, alpha=0.5, max_rounds=8, iters=200, final_iters=1)
+    if l1_sensitivity is None:
+        return mechanism
+    rule = dataclasses.replace(
+        mechanism.selection, l1_sensitivity=l1_sensitivity, l2_sensitivity=l1_sensitivity
+    )
+    return dataclasses.replace(mechanism, selection=rule)
+
+
+def _forcing_pick():
+    """A release hook making round 1's selection pick SELECTED (candidate 0, the subset's first)
+    on both tables, so that the measurement after it is of the same marginal: the selection's
+    noisy errors are replaced, the primitive still runs."""
+    seen = []
+
+    def release(primitive, output):
+        seen.append(primitive)
+        if len(seen) == 1:
+            assert primitive == MEASURE
+            forced = jnp.zeros_like(output).at[SELECTED].set(10**6)
+            return forced
+        return output
+
+    return release
+
+
+def _recorded(make) -> dict:
+    """{part: (call on D, call on D')} of round 1 from the public prefix, after checking that
+    the noise parameters passed are the same on both tables."""
+    mechanisms = [make(D), make(D_PRIME)]
+    prefix = _prefix(mechanisms[0])
+    calls = [_step(m, prefix, 1, _forcing_pick())[1] for m in mechanisms]
+    for recorded in calls:
+        assert [c.primitive for c in recorded] == [MEASURE, MEASURE]
+    parts = {"selection": (calls[0][0], calls[1][0]), "measurement": (calls[0][1], calls[1][1])}
+    for part, (call, call_prime) in parts.items():
+        for name, value in call.kwargs.items():
+            np.testing.assert_array_equal(np.asarray(value), np.asarray(call_prime.kwargs[name]), part)
+    return parts
+
+
+@pytest.fixture(scope="module")
+def honest():
+    return _recorded(_build)
+
+
+@pytest.fixture(scope="module")
+def halved():
+    return _recorded(lambda data: _build(data, l1_sensitivity=0.5))
+
+
+def _true(part: str, calls) -> tuple[np.ndarray, np.ndarray]:
+    """What the part measures on D and D': the selection's exact errors (its private argument,
+    read without noise), the measurement's counts."""
+    if part == "selection":
+        return tuple(_reveal(call.value)[:4] for call in calls)
+    return TRUE["measurement"]
+
+
+def _claim(call, delta: float = FAST_DELTA) -> float:
+    rho = accounting.charge_rho(MEASURE, call.kwargs["sensitivity"], call.kwargs["sigma"])
+    return accounting.cdp_epsilon(rho, delta)
+
+
+def _bound(part, calls, seed, sigma):
+    return attack_bound(part.replace("selection", "errors"), calls, seed, sigma, _true(part, calls))
+
+
+def test_noisy_errors_move_by_the_declared_sensitivity(honest):
+    """The selection measures the 4 candidates' exact errors, int32 steps of 1/64 count: 10
+    counts each on D, and on D' attribute 0's one count down and the others' one up, an L2 move of
+    exactly the declared sensitivity 64 sqrt(4) (a worst case); the padding is zeros."""
+    call, call_prime = honest["selection"]
+    errors, errors_prime = (_reveal(c.value) for c in (call, call_prime))
+    np.testing.assert_allclose(errors[:4], [10 * COUNT_STEPS] * 4, atol=1e-6)
+    np.testing.assert_allclose(errors_prime[:4], np.array([9, 11, 11, 11]) * COUNT_STEPS, atol=1e-6)
+    np.testing.assert_allclose(errors[4:], 0.0, atol=1e-6)
+    assert np.linalg.norm(errors_prime - errors) == pytest.approx(call.kwargs["sensitivity"])
+    assert call.kwargs["sensitivity"] == pytest.approx(COUNT_STEPS * 2.0)
+    (values,) = jax.tree_util.tree_leaves(call.value)
+    assert values.dtype == jnp.int32  # exact noise is added to integers
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_aim_gdp_round_keeps_its_claims(honest, part):
+    """eps_lower <= the claim of the call's Charge (sigma twice the sensitivity: claim 1.13 at
+    delta 1e-2; the attack gives about 0.7). False-failure rate 1e-5 per part."""
+    calls = honest[part]
+    bound = _bound(part, calls, 511, calls[0].kwargs["sigma"])
+    assert bound < _claim(calls[0])
+    assert bound > 0.5  # the attack has power
+
+
+@pytest.mark.parametrize("control", ["half the noise", "no noise"])
+@pytest.mark.parametrize("part", PARTS)
+def test_aim_gdp_round_controls_break_its_claims(honest, part, control, broken_noise):
+    """Broken primitives replaying AIM-GDP's calls exceed the honest claim, each part alone (half
+    the noise: about 1.85 against 1.13, as `test_aim_round`'s measurement)."""
+    calls = honest[part]
+    claim = _claim(calls[0])
+    broken_noise(control)
+    assert _bound(part, calls, 611, calls[0].kwargs["sigma"]) > claim, control
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_aim_gdp_with_halved_sensitivity_breaks_its_claims(honest, halved, part):
+    """Half the true sensitivity declared: half the noise, Charges recomputing to the honest
+    claims (the ledger cannot see it), and the attack exceeds them."""
+    broken, honest_call = halved[part], honest[part][0]
+    assert _claim(broken[0]) == pytest.approx(_claim(honest_call), rel=1e-6)
+    assert _bound(part, broken, 711, honest_call.kwargs["sigma"]) > _claim(honest_call)
+
+
+def test_noisy_errors_bound_every_neighbour():
+    """Exact: with a 2-way workload (weights 3 and 6, which enter only the post-processing),
+    every neighbour D + x (all 16 records) and D - x (every record type present) moves each
+    candidate's error by at most 64 steps (one count), and the measured vector by at most the
+    declared L2 sensitivity, which some neighbour reaches. Deterministic."""
+    two_way = all_kway(DOMAIN.sizes, 2)
+    mechanism = _build(D, workload=two_way)
+    prefix = _prefix(mechanism)
+
+    def errors(data):
+        call = _step(_build(data, workload=two_way), prefix, 1, _forcing_pick())[1][0]
+        return _reveal(call.value), call.kwargs["sensitivity"]
+
+    base, sensitivity = errors(D)
+    cells = np.indices(DOMAIN.sizes).reshape(len(DOMAIN.sizes), -1).T
+    neighbours = [np.vstack([CODES, [x]]) for x in cells]
+    neighbours += [np.delete(CODES, i, axis=0) for i in np.unique(CODES, axis=0, return_index=True)[1]]
+    moves = [errors(jaxdp.Dataset.from_codes(DOMAIN, n))[0] - base for n in neighbours]
+    assert max(np.abs(m).max() for m in moves) == pytest.approx(COUNT_STEPS)
+    norms = [np.linalg.norm(m) for m in moves]
+    assert max(norms) <= sensitivity * (1 + 1e-6)
+    assert max(norms) == pytest.approx(sensitivity, rel=1e-6)
+
+
+def test_subset_reads_released_errors_only():
+    """S_t: every eligible candidate without a released error, then the best by released errors
+    at this sigma, at most `per_round` in all; a candidate outside C_t never."""
+    rule = jaxdp.aim_gdp(D, all_kway(DOMAIN.sizes, 2), rho=2.0, max_rounds=8).selection
+    n = len(rule.candidates)
+    stale = np.full(n, np.nan)
+    mask = np.ones(n, bool)
+    mask[3] = False
+    np.testing.assert_array_equal(rule.subset(stale, mask, 1.0), np.flatnonzero(mask))
+    stale = np.arange(n, dtype=np.float64) * 100.0
+    stale[5] = np.nan
+    small = dataclasses.replace(rule, per_round=3)
+    picked = small.subset(stale, mask, 1.0)
+    assert 5 in picked and 3 not in picked and len(picked) == 3
+    scores = small.scores(stale, np.arange(n), 1.0)
+    others = [i for i in picked if i != 5]
+    assert min(scores[others]) >= max(scores[i] for i in range(n) if mask[i] and i not in picked and i != 5)
+
+
+def test_aim_gdp_releases_and_spends_its_budget():
+    """A whole run: the ledger matches the realised plan (`jaxdp.run` checks it), the selections
+    are Gaussian charges, and the rho spent is the budget."""
+    mechanism = jaxdp.aim_gdp(D, all_kway(DOMAIN.sizes, 2), rho=0.5, iters=50, final_iters=50)
+    result = jaxdp.run(mechanism, stream_key(jax.random.key(3), Stream.INIT))
+    primitives = {entry.primitive for entry in result.ledger}
+    assert primitives == {"discrete_gaussian"}
+    assert jaxdp.rho_spent(result.ledger) == pytest.approx(0.5, rel=1e-6)
