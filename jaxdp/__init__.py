@@ -39,6 +39,7 @@ from jaxdp.mechanisms import (
     rap,
     rap_plus_plus,
     rap_softmax,
+    swift,
 )
 from jaxdp.models import Model, ModelFileError, load_model, model
 from jaxdp.quality import quality as quality_report
@@ -114,6 +115,7 @@ __all__ = [
     "run_many",
     "secure_root_key",
     "selection",
+    "swift",
     "synthesize",
     "workload_errors",
     "write_csv",

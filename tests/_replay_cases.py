@@ -46,6 +46,7 @@ CASES = {
     "aim": (jaxdp.aim, {"epsilon": 1.0, "max_rounds": 16}),
     "aim-gdp": (jaxdp.aim_gdp, {"epsilon": 1.0, "max_rounds": 16}),
     "mst": (jaxdp.mst, {"epsilon": 1.0}),
+    "swift": (jaxdp.swift, {"epsilon": 1.0}),
     "privbayes": (jaxdp.privbayes, {"epsilon": 20.0}),
     "aim-gem": (jaxdp.aim_gem, {"epsilon": 1.0, "max_rounds": 16, "iters": 20, "final_iters": 60}),
 }

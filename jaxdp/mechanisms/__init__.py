@@ -3,7 +3,7 @@
 `adaptive` composes a selection rule, a measurement and a family into a mechanism (an `Adaptive`,
 or for AIM's filter rule an `Annealed`); every shipped mechanism is a preset of it: MWEM, PEP,
 PMW-Pub, PEP-Pub, RAP, RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent, Gaussian,
-AIM, AIM-GDP, AIM-GEM, MST and PrivBayes.
+AIM, AIM-GDP, AIM-GEM, MST, PrivBayes and SWIFT.
 """
 
 from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, QueryClass, adaptive
@@ -22,6 +22,7 @@ from jaxdp.mechanisms.pep import pep, pep_pub
 from jaxdp.mechanisms.privbayes import privbayes
 from jaxdp.mechanisms.rap import rap, rap_softmax
 from jaxdp.mechanisms.rap_plus import rap_plus_plus
+from jaxdp.mechanisms.swift import swift
 
 __all__ = [
     "Adaptive",
@@ -50,4 +51,5 @@ __all__ = [
     "rap",
     "rap_plus_plus",
     "rap_softmax",
+    "swift",
 ]

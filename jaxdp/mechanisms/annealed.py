@@ -368,10 +368,17 @@ class Annealed:
         rho_used = state.schedule.rho_spent + rho_select + rho_measure
 
         started = time.perf_counter()
-        mask = self._eligible(parts, state, rho_used / self.plan.rho_budget)
+        scored = rule.reads_scores(state.schedule)
+        if scored:
+            mask = self._eligible(parts, state, rho_used / self.plan.rho_budget)
+        else:
+            mask = np.ones(len(rule.candidates), bool)
         filter_s = time.perf_counter() - started
         started = time.perf_counter()
-        answered = self._answers(parts, state.model, mask)
+        if scored:
+            answered = self._answers(parts, state.model, mask)
+        else:
+            answered = np.zeros(rule.candidates.n_queries, np.float64)
         model_counts = answered.astype(np.float32)
         selected = rule(
             stream_key(key, Stream.SELECT),
@@ -386,7 +393,7 @@ class Annealed:
         choice = selected.choice
         score_s = time.perf_counter() - started
 
-        sigma_used = rule.measure_sigma(rho_measure)
+        sigma_used = rule.measure_sigma(rho_measure if selected.measure_rho is None else selected.measure_rho)
         span = rule.span(choice)
         index = np.arange(span.start, span.stop)
         noisy, measure_charge = self._measure(
@@ -396,7 +403,7 @@ class Annealed:
         measured = self._measured(parts, [choice], index, noisy, sigma_used)
         measurements = (*state.measurements, *host_measurements(measured, rule.candidates))
         started = time.perf_counter()
-        last = final or t + 1 >= self.rounds
+        last = final or selected.last or t + 1 >= self.rounds
         current = answered / self.n_records if self.relation is Neighboring.REPLACE_ONE else answered
         fitted = self._fit(parts, state.model, measured, current, t, key, last)
         fit_s = time.perf_counter() - started
@@ -434,7 +441,7 @@ class Annealed:
             selected=choice,
             sigma=sigma_used,
             epsilon=selected.epsilon,
-            score_sensitivity=selected.entry[1],
+            score_sensitivity=0.0 if selected.entry is None else selected.entry[1],
             n_eligible=int(mask.sum()),
             selected_error=float(np.abs(before - noisy).sum()),
         )

@@ -19,6 +19,8 @@ budget and composes it with a measurement and a family.
   AIM-GEM); it drives its mechanism from the host, round by round.
 - `NoisyErrorSelection`: AIM's rule with DPSynth's AIM-GDP selection, a Gaussian measurement of
   a few candidates' L1 errors and the best noisy score (AIM-GDP).
+- `SwiftSelection`: SWIFT's one Gaussian measurement of every candidate's error, a clique tree
+  grown from the worst pairs and a budget split over the marginals it supports (SWIFT).
 - `MSTSelection`: MST's maximum spanning tree of pairs, picked by their L1 error against the
   1-way model on a fixed budget (MST); driven from the host like AIM's (both are `HostRule`s).
 - `PrivBayesSelection`: PrivBayes's greedy Bayesian network, each attribute's parents picked by
@@ -53,6 +55,7 @@ from jaxdp.selection.rules import (
     score_sensitivity,
     steps_per_count,
 )
+from jaxdp.selection.swift import SwiftSelection
 
 __all__ = [
     "GRID_MAX_RECORDS",
@@ -71,6 +74,7 @@ __all__ = [
     "SelectionBudget",
     "SignedError",
     "SignedErrorSamples",
+    "SwiftSelection",
     "answers_in_steps",
     "cell_error_steps",
     "check_grid_records",

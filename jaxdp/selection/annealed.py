@@ -70,16 +70,16 @@ class Schedule(NamedTuple):
     sigma, epsilon: the next round's parameters (epsilon None: the filter's final round comes
     next); charges: (primitive code, sensitivity, scale) of every primitive invoked, in order
     (the realised plan, and the one source of the rho spent); done: the budget is spent;
-    noisy_errors: per candidate, the last noisy L1 error a Gaussian selection released for it
-    (NaN: none yet; `jaxdp.selection.NoisyErrorSelection`), or None for a rule that releases
-    none.
+    kept: what the rule keeps of its selections' releases for later rounds (None: nothing; the
+    noisy errors of `jaxdp.selection.NoisyErrorSelection`, the measurement plan of
+    `jaxdp.selection.SwiftSelection`).
     """
 
     sigma: float
     epsilon: float | None
     charges: tuple[tuple[int, float, float], ...]
     done: bool
-    noisy_errors: tuple[float, ...] | None = None
+    kept: tuple | None = None
 
     @property
     def rho_spent(self) -> float:
@@ -88,16 +88,19 @@ class Schedule(NamedTuple):
 
 
 class Selected(NamedTuple):
-    """What a round's selection did (all public): the picked candidate, the selection's Charge,
-    the (primitive code, sensitivity, scale) the schedule records for it, the epsilon of an
-    exponential-mechanism selection (0 for a Gaussian one), and the schedule's `noisy_errors`
-    after it (None: unchanged)."""
+    """What a round's selection did (all public): the picked candidate; the selection's Charge;
+    the (primitive code, sensitivity, scale) the schedule records for it (None: the pick read
+    released values only and drew nothing); the epsilon of an exponential-mechanism selection
+    (0 otherwise); the schedule's `kept` after it (None: unchanged); the rho the pick's
+    measurement spends (None: the round's, `round_parameters`); whether it is the run's last."""
 
     choice: int
     charge: Charge
-    entry: tuple[int, float, float]
+    entry: tuple[int, float, float] | None
     epsilon: float
-    noisy_errors: tuple[float, ...] | None = None
+    kept: tuple | None = None
+    measure_rho: float | None = None
+    last: bool = False
 
 
 def exponential_selected(
@@ -379,14 +382,15 @@ class HostRule:
     def after_round(self, schedule: Schedule, selected: Selected, sigma: float) -> Schedule:
         """The schedule after a select + measure round: its two charges added (and the noisy
         errors a Gaussian selection released)."""
+        drawn = () if selected.entry is None else (selected.entry,)
         charges = (
             *schedule.charges,
-            selected.entry,
+            *drawn,
             (noise.PRIMITIVES.index(self.measure_primitive), self.l2_sensitivity, sigma),
         )
         schedule = schedule._replace(charges=charges)
-        if selected.noisy_errors is not None:
-            schedule = schedule._replace(noisy_errors=selected.noisy_errors)
+        if selected.kept is not None:
+            schedule = schedule._replace(kept=selected.kept)
         return schedule
 
     @staticmethod
@@ -410,6 +414,12 @@ class HostRule:
                 label = f"{primitive} (round {(i - opening) // 2 + 1})"
             realised = realised.with_charge(PlannedCharge(label, primitive, sensitivity, scale))
         return realised.check()
+
+    def reads_scores(self, schedule: Schedule) -> bool:
+        """Whether the next round's selection reads the model's answers (else the driver
+        computes neither them nor the eligible candidates: a pick fixed by earlier releases)."""
+        del schedule
+        return True
 
     def idle(self) -> tuple[Charge, Charge]:
         """The (selection, measurement) charges of a round that draws neither (count 0)."""

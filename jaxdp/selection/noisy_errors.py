@@ -41,11 +41,12 @@ from jaxdp.selection.annealed import (
     COUNT_STEPS,
     SQRT_2_OVER_PI,
     AIMSelection,
+    HostRule,
     Schedule,
     Selected,
     candidate_l1_steps,
 )
-from jaxdp.types import Key, Sensitive, pytree_dataclass, static_field
+from jaxdp.types import Charge, Key, Sensitive, pytree_dataclass, static_field
 
 # DPSynth's max_candidates_per_round
 PER_ROUND = 16
@@ -97,28 +98,6 @@ class NoisyErrorSelection(AIMSelection):
         cells = np.asarray(self.candidates.cells, np.float64)[index]
         return weights * (errors - SQRT_2_OVER_PI * sigma * cells)
 
-    def error_grid(self, rho_select: float, measured: int) -> tuple[int, float, float]:
-        """(K, L2 sensitivity in steps, sigma in steps) of a selection measuring `measured`
-        errors at cost at most `rho_select`: K = 64 steps a count, halved until the exact
-        sampler takes the scale.
-
-        Raises:
-            ValueError: the scale exceeds the exact sampler's range even in whole counts.
-        """
-        sensitivity = self.l1_sensitivity * math.sqrt(measured)
-        sigma = noise.count_sigma(sensitivity, rho_select, self.noise)
-        steps = COUNT_STEPS
-        if self.noise == "discrete":
-            while steps > 1 and steps * sigma > samplers.SIGMA_MAX:
-                steps //= 2
-            if steps * sigma > samplers.SIGMA_MAX:
-                raise ValueError(
-                    f"AIM-GDP's selection needs noise of {sigma:.0f} counts, above the exact sampler's "
-                    f"{samplers.SIGMA_MAX:.0f}: the budget is too small for this workload (raise epsilon, "
-                    "or use fewer rounds)"
-                )
-        return steps, steps * sensitivity, float32_ceil(steps * sigma)
-
     def __call__(
         self,
         key: Key,
@@ -135,29 +114,72 @@ class NoisyErrorSelection(AIMSelection):
         Args:
             key: the round's SELECT stream key; counts: private (candidates.n_queries,) int32
                 true counts; model_counts, mask, sigma, rho_select: as `AIMSelection`;
-            schedule: the schedule before the round (its `noisy_errors`: the errors released so
-                far).
+            schedule: the schedule before the round (its `kept`: the errors released so far).
         """
         del measured
         n = len(self.candidates)
-        kept = None if schedule is None else schedule.noisy_errors
+        kept = None if schedule is None else schedule.kept
         stale = np.full(n, np.nan) if kept is None else np.asarray(kept, np.float64)
         chosen = self.subset(stale, mask, sigma)
-        steps, sensitivity, scale = self.error_grid(rho_select, chosen.size)
-        # a public length (zeros beyond the subset: constants, so the L2 sensitivity stays)
-        length = 1 << max(4, (chosen.size - 1).bit_length())
-
-        def errors(c) -> jnp.ndarray:
-            exact = candidate_l1_steps(np.asarray(c), model_counts, self.candidates, steps)[chosen]
-            padded = np.zeros(length, np.int32)
-            padded[: chosen.size] = np.minimum(exact, ERROR_LIMIT)
-            return jnp.asarray(padded)
-
-        noisy, charge = noise.measure_counts(
-            key, counts.map(errors), sigma=scale, sensitivity=sensitivity, noise=self.noise
-        )
-        released = np.asarray(noisy, np.float64)[: chosen.size] / steps
+        released, charge, entry = measure_errors(self, key, counts, model_counts, chosen, rho_select)
         stale[chosen] = released
         pick = int(chosen[int(np.argmax(self.scores(released, chosen, sigma)))])
-        entry = (noise.PRIMITIVES.index(self.measure_primitive), float(sensitivity), float(scale))
-        return Selected(pick, charge, entry, 0.0, tuple(float(e) for e in stale))
+        return Selected(pick, charge, entry, 0.0, kept=tuple(float(e) for e in stale))
+
+
+def error_grid(rule: HostRule, rho_select: float, measured: int) -> tuple[int, float, float]:
+    """(K, L2 sensitivity in steps, sigma in steps) of a Gaussian measurement of `measured`
+    candidates' L1 errors costing at most `rho_select`: K = 64 steps a count, halved until the
+    exact sampler takes the scale.
+
+    Raises:
+        ValueError: the scale exceeds the exact sampler's range even in whole counts.
+    """
+    sensitivity = rule.l1_sensitivity * math.sqrt(measured)
+    sigma = noise.count_sigma(sensitivity, rho_select, rule.noise)
+    steps = COUNT_STEPS
+    if rule.noise == "discrete":
+        while steps > 1 and steps * sigma > samplers.SIGMA_MAX:
+            steps //= 2
+        if steps * sigma > samplers.SIGMA_MAX:
+            raise ValueError(
+                f"a selection measuring {measured} errors needs noise of {sigma:.0f} counts, above the "
+                f"exact sampler's {samplers.SIGMA_MAX:.0f}: the budget is too small for this workload "
+                "(raise epsilon, or use fewer rounds)"
+            )
+    return steps, steps * sensitivity, float32_ceil(steps * sigma)
+
+
+def measure_errors(
+    rule: HostRule,
+    key: Key,
+    counts: Sensitive,
+    model_counts: np.ndarray,
+    chosen: np.ndarray,
+    rho_select: float,
+) -> tuple[np.ndarray, Charge, tuple[int, float, float]]:
+    """One Gaussian measurement of the exact L1 errors of the candidates `chosen` against the
+    model's counts: (their noisy errors in counts, the Charge, the schedule's entry for it).
+
+    Privacy:
+        Reads the true counts; one Gaussian measurement (`noise.measure_counts`) of the int32
+        errors E_r (steps of 1 / K counts, clipped at 2^30: 1-Lipschitz), each of which a
+        neighbour moves by at most K L1, so L2 sensitivity K L1 sqrt(|chosen|), at cost at most
+        `rho_select` (`error_grid`).
+    """
+    steps, sensitivity, scale = error_grid(rule, rho_select, chosen.size)
+    # a public length (zeros beyond the subset: constants, so the L2 sensitivity stays)
+    length = 1 << max(4, (chosen.size - 1).bit_length())
+
+    def errors(c) -> jnp.ndarray:
+        exact = candidate_l1_steps(np.asarray(c), model_counts, rule.candidates, steps)[chosen]
+        padded = np.zeros(length, np.int32)
+        padded[: chosen.size] = np.minimum(exact, ERROR_LIMIT)
+        return jnp.asarray(padded)
+
+    noisy, charge = noise.measure_counts(
+        key, counts.map(errors), sigma=scale, sensitivity=sensitivity, noise=rule.noise
+    )
+    released = np.asarray(noisy, np.float64)[: chosen.size] / steps
+    entry = (noise.PRIMITIVES.index(rule.measure_primitive), float(sensitivity), float(scale))
+    return released, charge, entry

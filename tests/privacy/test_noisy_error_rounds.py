@@ -1,25 +1,27 @@
-"""Empirical DP of AIM-GDP's selection round on add/remove neighbours, through the primitives it
-calls (the method and neighbours of `test_aim_round`).
+"""Empirical DP of the selection rounds of AIM-GDP and SWIFT on add/remove neighbours, through
+the primitives they call (the method and neighbours of `test_aim_round`).
 
-AIM-GDP's round 0 and its measurements are AIM's own code (`test_aim_round` attacks them); what
-is new is the selection, a discrete Gaussian measurement of the candidates' exact L1 errors
-(`jaxdp.selection.NoisyErrorSelection`). AIM-GDP's real `step` runs once on D and once on D' from
-the same public state (round 0 released (15, 85) for every attribute, so every candidate's error
-is 10 on D; D' adds r = (0, 1, 1, 1), which moves attribute 0's error to 9 and the others' to 11:
-every error moves by its full sensitivity, a worst case), the selection's call to
-`noise.discrete_gaussian` is recorded, and it is replayed 50,000 times from fresh keys and
+Both mechanisms share AIM's round 0 and measurements (`test_aim_round` attacks them); what is new
+is their selection, a discrete Gaussian measurement of the candidates' exact L1 errors
+(`jaxdp.selection.noisy_errors.measure_errors`: AIM-GDP's every round, SWIFT's round 1, which
+then plans its measurements from the release). Each mechanism's real `step` runs once on D and
+once on D' from the same public state (round 0 released (15, 85) for every attribute, so every
+candidate's error is 10 on D; D' adds r = (0, 1, 1, 1), which moves attribute 0's error to 9 and
+the others' to 11: every error moves by its full sensitivity, a worst case), the selection's call
+to `noise.discrete_gaussian` is recorded, and it is replayed 50,000 times from fresh keys and
 attacked by the projection of its output on the move D -> D' (threshold events), held to the
 claim of its own Charge, cdp_epsilon(rho, delta). The measurement that follows is attacked the
-same way, with the pick forced to one marginal on both tables.
+same way, with the released errors forced so that both tables pick (and plan) alike.
 
 Negative controls: half the noise and no noise at the primitive, and a factory bug (half the
-true L1 sensitivity declared: half the noise scale, with Charges that recompute to the honest
+true sensitivities declared: half the noise scale, with Charges that recompute to the honest
 claims). An exact check walks every neighbour with non-unit workload weights.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +33,7 @@ from jaxdp import accounting
 from jaxdp.keys import Stream, stream_key
 from jaxdp.queries import all_kway
 from jaxdp.selection.annealed import COUNT_STEPS
+from jaxdp.selection.swift import ONE_WAY_SHARE, SELECT_SHARE
 
 from .test_aim_round import (
     CODES,
@@ -50,14 +53,25 @@ from .test_mechanism_rounds import FAST_DELTA
 
 pytest.importorskip("mbi")
 
-PARTS = ("selection", "measurement")
+# rho / T = 0.25 split evenly for AIM-GDP, as `test_aim_round`: the selection's 4 errors (round 1
+# measures every candidate) at sigma 4 counts, twice their L2 sensitivity 2, the measurement at
+# sigma 2. SWIFT's errors get SELECT_SHARE (1 - ONE_WAY_SHARE) of rho: 0.125 here, the same sigma
+# 4 counts.
+SWIFT_RHO = 0.125 / (SELECT_SHARE * (1.0 - ONE_WAY_SHARE))
+FACTORIES = {
+    "aim-gdp": lambda data, workload: jaxdp.aim_gdp(
+        data, workload, rho=2.0, alpha=0.5, max_rounds=8, iters=200, final_iters=1
+    ),
+    "swift": lambda data, workload: jaxdp.swift(data, workload, rho=SWIFT_RHO, iters=200, final_iters=1),
+}
+# (mechanism, part) attacked. SWIFT's measurements are AIM's code (`test_aim_round`) at the rhos
+# of its plan, a function of the released errors (`test_swift.py` checks the plan's sums).
+CASES = [("aim-gdp", "selection"), ("aim-gdp", "measurement"), ("swift", "selection")]
 
 
-def _build(data, l1_sensitivity: float | None = None, workload=ONE_WAY):
-    """rho / T = 0.25 split evenly, as `test_aim_round`: the selection's 4 errors (round 1
-    measures every candidate) at sigma 4 counts, twice their L2 sensitivity 2; the measurement
-    at sigma 2. `l1_sensitivity`: a factory bug declaring another."""
-    mechanism = jaxdp.aim_gdp(data, workload, rho=2.0, alpha=0.5, max_rounds=8, iters=200, final_iters=1)
+def _build(name: str, data, l1_sensitivity: float | None = None, workload=ONE_WAY):
+    """The mechanism on `data`; `l1_sensitivity`: a factory bug declaring another (l1 and l2)."""
+    mechanism = FACTORIES[name](data, workload)
     if l1_sensitivity is None:
         return mechanism
     rule = dataclasses.replace(
@@ -98,14 +112,14 @@ def _recorded(make) -> dict:
     return parts
 
 
-@pytest.fixture(scope="module")
-def honest():
-    return _recorded(_build)
+@functools.cache
+def _honest(name: str) -> dict:
+    return _recorded(lambda data: _build(name, data))
 
 
-@pytest.fixture(scope="module")
-def halved():
-    return _recorded(lambda data: _build(data, l1_sensitivity=0.5))
+@functools.cache
+def _halved(name: str) -> dict:
+    return _recorded(lambda data: _build(name, data, l1_sensitivity=0.5))
 
 
 def _true(part: str, calls) -> tuple[np.ndarray, np.ndarray]:
@@ -125,11 +139,12 @@ def _bound(part, calls, seed, sigma):
     return attack_bound(part.replace("selection", "errors"), calls, seed, sigma, _true(part, calls))
 
 
-def test_noisy_errors_move_by_the_declared_sensitivity(honest):
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_noisy_errors_move_by_the_declared_sensitivity(name):
     """The selection measures the 4 candidates' exact errors, int32 steps of 1/64 count: 10
     counts each on D, and on D' attribute 0's one count down and the others' one up, an L2 move of
     exactly the declared sensitivity 64 sqrt(4) (a worst case); the padding is zeros."""
-    call, call_prime = honest["selection"]
+    call, call_prime = _honest(name)["selection"]
     errors, errors_prime = (_reveal(c.value) for c in (call, call_prime))
     np.testing.assert_allclose(errors[:4], [10 * COUNT_STEPS] * 4, atol=1e-6)
     np.testing.assert_allclose(errors_prime[:4], np.array([9, 11, 11, 11]) * COUNT_STEPS, atol=1e-6)
@@ -140,47 +155,48 @@ def test_noisy_errors_move_by_the_declared_sensitivity(honest):
     assert values.dtype == jnp.int32  # exact noise is added to integers
 
 
-@pytest.mark.parametrize("part", PARTS)
-def test_aim_gdp_round_keeps_its_claims(honest, part):
+@pytest.mark.parametrize(("name", "part"), CASES)
+def test_noisy_error_round_keeps_its_claims(name, part):
     """eps_lower <= the claim of the call's Charge (sigma twice the sensitivity: claim 1.13 at
     delta 1e-2; the attack gives about 0.7). False-failure rate 1e-5 per part."""
-    calls = honest[part]
+    calls = _honest(name)[part]
     bound = _bound(part, calls, 511, calls[0].kwargs["sigma"])
     assert bound < _claim(calls[0])
     assert bound > 0.5  # the attack has power
 
 
 @pytest.mark.parametrize("control", ["half the noise", "no noise"])
-@pytest.mark.parametrize("part", PARTS)
-def test_aim_gdp_round_controls_break_its_claims(honest, part, control, broken_noise):
-    """Broken primitives replaying AIM-GDP's calls exceed the honest claim, each part alone (half
+@pytest.mark.parametrize(("name", "part"), CASES)
+def test_noisy_error_round_controls_break_its_claims(name, part, control, broken_noise):
+    """Broken primitives replaying the recorded calls exceed the honest claim, each part alone (half
     the noise: about 1.85 against 1.13, as `test_aim_round`'s measurement)."""
-    calls = honest[part]
+    calls = _honest(name)[part]
     claim = _claim(calls[0])
     broken_noise(control)
     assert _bound(part, calls, 611, calls[0].kwargs["sigma"]) > claim, control
 
 
-@pytest.mark.parametrize("part", PARTS)
-def test_aim_gdp_with_halved_sensitivity_breaks_its_claims(honest, halved, part):
+@pytest.mark.parametrize(("name", "part"), CASES)
+def test_halved_sensitivity_breaks_its_claims(name, part):
     """Half the true sensitivity declared: half the noise, Charges recomputing to the honest
     claims (the ledger cannot see it), and the attack exceeds them."""
-    broken, honest_call = halved[part], honest[part][0]
+    broken, honest_call = _halved(name)[part], _honest(name)[part][0]
     assert _claim(broken[0]) == pytest.approx(_claim(honest_call), rel=1e-6)
     assert _bound(part, broken, 711, honest_call.kwargs["sigma"]) > _claim(honest_call)
 
 
-def test_noisy_errors_bound_every_neighbour():
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_noisy_errors_bound_every_neighbour(name):
     """Exact: with a 2-way workload (weights 3 and 6, which enter only the post-processing),
     every neighbour D + x (all 16 records) and D - x (every record type present) moves each
     candidate's error by at most 64 steps (one count), and the measured vector by at most the
     declared L2 sensitivity, which some neighbour reaches. Deterministic."""
     two_way = all_kway(DOMAIN.sizes, 2)
-    mechanism = _build(D, workload=two_way)
+    mechanism = _build(name, D, workload=two_way)
     prefix = _prefix(mechanism)
 
     def errors(data):
-        call = _step(_build(data, workload=two_way), prefix, 1, _forcing_pick())[1][0]
+        call = _step(_build(name, data, workload=two_way), prefix, 1, _forcing_pick())[1][0]
         return _reveal(call.value), call.kwargs["sensitivity"]
 
     base, sensitivity = errors(D)
@@ -213,10 +229,11 @@ def test_subset_reads_released_errors_only():
     assert min(scores[others]) >= max(scores[i] for i in range(n) if mask[i] and i not in picked and i != 5)
 
 
-def test_aim_gdp_releases_and_spends_its_budget():
-    """A whole run: the ledger matches the realised plan (`jaxdp.run` checks it), the selections
-    are Gaussian charges, and the rho spent is the budget."""
-    mechanism = jaxdp.aim_gdp(D, all_kway(DOMAIN.sizes, 2), rho=0.5, iters=50, final_iters=50)
+@pytest.mark.parametrize("factory", [jaxdp.aim_gdp, jaxdp.swift], ids=["aim-gdp", "swift"])
+def test_whole_run_draws_only_gaussians_and_spends_its_budget(factory):
+    """A whole run: the ledger matches the realised plan (`jaxdp.run` checks it), every private
+    draw is a discrete Gaussian, and the rho spent is the budget."""
+    mechanism = factory(D, all_kway(DOMAIN.sizes, 2), rho=0.5, iters=50, final_iters=50)
     result = jaxdp.run(mechanism, stream_key(jax.random.key(3), Stream.INIT))
     primitives = {entry.primitive for entry in result.ledger}
     assert primitives == {"discrete_gaussian"}
