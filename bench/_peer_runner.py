@@ -87,8 +87,9 @@ def dpmm_run(mechanism: str, df: pd.DataFrame, sizes: dict, args) -> tuple[pd.Da
     from dpmm.pipelines import AIMPipeline, MSTPipeline, PrivBayesPipeline
 
     if mechanism == "aim":
-        # degree 3, no cell cap: every 3-way marginal; rounds default (16 x attributes)
-        gen_kwargs = {"degree": 3, "max_cells": 10**9}
+        # degree 3, every 3-way marginal of at most --max-cells cells; rounds default (16 x
+        # attributes)
+        gen_kwargs = {"degree": 3, "max_cells": args.max_cells}
         cls = AIMPipeline
     else:  # MST, PrivBayes: the library's defaults (PrivBayes: degree 2, one parent each)
         gen_kwargs = {}
@@ -121,6 +122,7 @@ def main() -> None:
     parser.add_argument("--data", required=True)
     parser.add_argument("--domain", required=True)
     parser.add_argument("--epsilon", type=float, required=True)
+    parser.add_argument("--max-cells", type=int, default=10**9, help="dpmm AIM: the workload's cell cap")
     parser.add_argument("--delta", type=float, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--rows", type=int, required=True)

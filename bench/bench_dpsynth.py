@@ -3,6 +3,9 @@ seeds and scorer, every run a whole process timed from outside.
 
 - jaxdp: `python -m jaxdp synth --mechanism M` with its defaults (`bench/peers.py`'s
   `run_jaxdp`: a fresh, empty compile cache per run), add/remove neighbours.
+- dpmm: its AIM (`bench/_peer_runner.py` under the peers' environment, `bench/peers.py`'s
+  `run_peer`) on the same workload (every 3-way marginal, capped at 10,000 cells on the small
+  tables).
 - DPSynth: `bench/_dpsynth_runner.py` under DPSynth's own environment (DPSYNTH_PYTHON, default
   /work/dpsynth-venv/bin/python, built by `bash ../shared/peers/install-dpsynth.sh VENV`): its
   `DiscreteConfig` with compression on around AIM, AIM-GDP, SWIFT or MST, calibrated by its
@@ -37,7 +40,7 @@ from collections import defaultdict
 import bench_small
 from _common import Recorder, load_average
 from bench_aim import write_table
-from peers import DELTA, code_commit, run_jaxdp, score
+from peers import DELTA, PEERS_PYTHON, code_commit, run_jaxdp, run_peer, score
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DPSYNTH_PYTHON = os.environ.get("DPSYNTH_PYTHON", "/work/dpsynth-venv/bin/python")
@@ -45,10 +48,13 @@ KERNEL = "dpsynth_side_by_side"
 # (library, mechanism) in the order each seed runs them: the quick ones first
 RUNS = (
     ("jaxdp", "aim"),
+    ("jaxdp", "aim-gdp"),
+    ("jaxdp", "swift"),
     ("jaxdp", "mst"),
     ("dpsynth", "mst"),
     ("dpsynth", "swift"),
     ("dpsynth", "aim-gdp"),
+    ("dpmm", "aim"),
     ("dpsynth", "aim"),
 )
 
@@ -120,8 +126,9 @@ def run_all(args) -> None:
                     key = (name, library, mechanism, seed, args.epsilon)
                     if key in done or (only and f"{library}:{mechanism}" not in only):
                         continue
-                    if library == "dpsynth" and not os.path.exists(DPSYNTH_PYTHON):
-                        print(f"bench_dpsynth: {DPSYNTH_PYTHON} missing; DPSynth skipped")
+                    python = {"dpsynth": DPSYNTH_PYTHON, "dpmm": PEERS_PYTHON}.get(library)
+                    if python is not None and not os.path.exists(python):
+                        print(f"bench_dpsynth: {python} missing; {library} skipped")
                         continue
                     work = tempfile.mkdtemp(prefix=f"{library}-{mechanism}-{seed}-", dir=tmp)
                     load_before = load_average()
@@ -136,6 +143,19 @@ def run_all(args) -> None:
                             workload=cliques,
                             epsilon=args.epsilon,
                             relation="add-remove",
+                            timeout=args.cap,
+                        )
+                    elif library == "dpmm":
+                        row = run_peer(
+                            library,
+                            mechanism,
+                            seed,
+                            table,
+                            domain,
+                            len(data),
+                            work,
+                            epsilon=args.epsilon,
+                            max_cells=bench_small.MAX_CELLS if name in bench_small.TABLES else None,
                             timeout=args.cap,
                         )
                     else:

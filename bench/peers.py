@@ -222,7 +222,21 @@ def run_jaxdp(
     return row | {"ok": True, "synthetic": out, "report": summary}
 
 
-def run_peer(library: str, mechanism: str, seed: int, table: str, domain: str, rows: int, work: str) -> dict:
+def run_peer(
+    library: str,
+    mechanism: str,
+    seed: int,
+    table: str,
+    domain: str,
+    rows: int,
+    work: str,
+    *,
+    epsilon: float = EPSILON,
+    max_cells: int | None = None,
+    timeout: float = 3600,
+) -> dict:
+    """`bench/_peer_runner.py` under the peers' environment, timed from outside; a run past
+    `timeout` seconds is recorded as timed out."""
     out, result = os.path.join(work, "synth.csv"), os.path.join(work, "result.json")
     cmd = [
         PEERS_PYTHON,
@@ -236,7 +250,7 @@ def run_peer(library: str, mechanism: str, seed: int, table: str, domain: str, r
         "--domain",
         domain,
         "--epsilon",
-        str(EPSILON),
+        str(epsilon),
         "--delta",
         str(DELTA),
         "--seed",
@@ -247,16 +261,25 @@ def run_peer(library: str, mechanism: str, seed: int, table: str, domain: str, r
         out,
         "--result",
         result,
+        *(() if max_cells is None else ("--max-cells", str(max_cells))),
     ]
     if library.endswith("+shim"):
         cmd.append("--mbi-shim")
     if library.endswith("+nocompress"):
         cmd.append("--no-compress")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    row = {"command": " ".join(cmd[1:])}
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, timeout=3600)
-    wall = time.perf_counter() - start
-    row = {"wall_s": wall, "command": " ".join(cmd[1:])}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return row | {
+            "wall_s": timeout,
+            "ok": False,
+            "timed_out": True,
+            "error": f"over the {timeout:.0f} s cap",
+        }
+    row["wall_s"] = time.perf_counter() - start
     try:
         with open(result) as fh:
             res = json.load(fh)
