@@ -96,10 +96,10 @@ def test_private_bins_are_refused_over_several_processes(releases):
 
 
 def _readme_script(processes: int, process: int, port: int) -> str:
-    """README's "Several hosts" script, with the two lines it says a CPU run adds: gloo
+    """The guide's "Several hosts" script, with the two lines it says a CPU run adds: gloo
     collectives, and `initialize`'s coordinator, process count and index."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Several hosts") :]
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    section = guide[guide.index("### Several hosts") :]
     script = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     cpu = (
         'jax.config.update("jax_cpu_collectives_implementation", "gloo")\n'

@@ -1,4 +1,4 @@
-"""The README's Python example runs as written."""
+"""The README's and the guide's examples run as written."""
 
 import json
 import re
@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.conftest import cli_env
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = README.parent / "docs" / "guide.md"
 
 
 def test_python_example_runs(capsys):
@@ -22,9 +23,9 @@ def test_python_example_runs(capsys):
 
 
 def test_the_release_workflow_runs_as_written(tmp_path, monkeypatch):
-    """ "Keep the model": the shell commands, each a fresh process, then the Python example; the
+    """The guide's "Keep the model": the shell commands, each a fresh process, then the Python example; the
     subgroup meets its condition and the report's page is written."""
-    section = README.read_text()[README.read_text().index("### Keep the model") :]
+    section = GUIDE.read_text()[GUIDE.read_text().index("## Keep the model") :]
     commands = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1).strip().splitlines()
     for command in commands:
         argv = shlex.split(command)
@@ -40,7 +41,7 @@ def test_the_release_workflow_runs_as_written(tmp_path, monkeypatch):
     assert "Not private." in (tmp_path / "report.html").read_text()
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(_section_code("Keep the model"), "README.md", "exec"), namespace)
+    exec(compile(_section_code("Keep the model"), "docs/guide.md", "exec"), namespace)
     assert set(namespace["women"].codes[:, 4]) == {0} and (tmp_path / "model.jaxdp").exists()
 
 
@@ -54,8 +55,8 @@ def test_readme_names_the_test_commands_ci_runs():
 
 
 def _section_code(title: str) -> str:
-    text = README.read_text()
-    section = text[text.index(f"### {title}") :]
+    text = GUIDE.read_text()
+    section = text[text.index(f"## {title}") :]
     return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
 
 
@@ -67,7 +68,7 @@ def test_compose_example_fits_in_25_lines_and_runs_as_written(capsys):
     body = [line for line in code.splitlines() if line.strip() and not line.startswith(("import ", "from "))]
     assert len(body) <= 25
     assert "select=AIMSelection()" in code and "family=PEP(" in code and "run_many" in code
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/guide.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == [f"seed {i}" for i in range(8)]
     for line in lines:  # every seed spent its whole plan, audited, and reports an error
@@ -78,11 +79,11 @@ def test_compose_example_fits_in_25_lines_and_runs_as_written(capsys):
 def test_the_epsilon_grid_example_runs_as_written_and_spends_each_budget(capsys):
     """The epsilon grid after "Compose a mechanism": one program, each lane spending its own
     budget exactly, audited."""
-    text = README.read_text()
-    section = text[text.index("### Compose a mechanism") :]
+    text = GUIDE.read_text()
+    section = text[text.index("## Compose a mechanism") :]
     code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[1]
     assert "run_many(mechanisms, keys" in code
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/guide.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["epsilon 0.3", "epsilon 1.0", "epsilon 3.0"]
     budgets = [re.search(r"rho spent ([0-9.]+) of ([0-9.]+)", line).groups() for line in lines]
@@ -92,8 +93,8 @@ def test_the_epsilon_grid_example_runs_as_written_and_spends_each_budget(capsys)
 def test_the_killed_and_resumed_example_releases_what_an_uninterrupted_run_does(tmp_path):
     """The "Long runs" example as written: its first command killed (SIGKILL) once its first
     checkpoint is written, its second run as is, against the same command run whole elsewhere."""
-    text = README.read_text()
-    section = text[text.index("### Long runs: checkpoint and resume") :]
+    text = GUIDE.read_text()
+    section = text[text.index("## Long runs: checkpoint and resume") :]
     block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
     first, second = [shlex.split(line) for line in block.splitlines() if line.startswith("python -m jaxdp")]
     assert first == second and "--checkpoint" in first and "--key-file" in first

@@ -13,7 +13,7 @@ Several processes (hosts): call `jax.distributed.initialize()` in every process 
 `jax.devices()` then lists every process's devices and `records_mesh()` spans them all. Over such a
 mesh each process passes only its own rows: `shard_records` pads every process's block to one
 common size and assembles the global array from the blocks, and the record count is the sum over
-the processes (README, "Sharding across devices").
+the processes (docs/guide.md, "Sharding across devices").
 """
 
 from __future__ import annotations
