@@ -27,12 +27,13 @@ import math
 
 import numpy as np
 
-from jaxdp import _checks
+from jaxdp import _checks, gdp
 
 CONVERSIONS = ("exact", "simple")
-# How a budget may be calibrated: a zCDP conversion, or "pld" (a fixed plan's noise calibrated
-# by its privacy loss distribution, `jaxdp.pld`, where that is tighter; `jaxdp.build`)
-CALIBRATIONS = (*CONVERSIONS, "pld")
+# How a budget may be calibrated: a zCDP conversion, "pld" (a fixed plan's noise calibrated by its
+# privacy loss distribution, `jaxdp.pld`, where that is tighter; `jaxdp.build`), or "gdp" (a run
+# of exact discrete Gaussians only, under a Gaussian-DP filter: `jaxdp.gdp`; AIM-GDP and SWIFT)
+CALIBRATIONS = (*CONVERSIONS, "pld", "gdp")
 
 # A relative margin applied whenever a noise scale is derived from a budget share, so that the
 # cost recomputed from the (rounded) scale is strictly below the share.
@@ -253,7 +254,15 @@ class Plan:
 
     @classmethod
     def from_epsilon_delta(cls, epsilon: float, delta: float, conversion: str = "exact") -> Plan:
-        rho = rho_from_epsilon_delta(epsilon, delta, conversion)
+        """The budget of (epsilon, delta): rho by a zCDP conversion, or under "gdp" the
+        Gaussian-DP budget mu^2 / 2 (`jaxdp.gdp.calibrated_rho`), whose charges are then costed
+        in mu^2 / 2 (`check`)."""
+        if conversion == "gdp":
+            _checks.positive_finite(epsilon, "epsilon")
+            _checks.open_unit(delta, "delta")
+            rho = gdp.calibrated_rho(float(epsilon), float(delta))
+        else:
+            rho = rho_from_epsilon_delta(epsilon, delta, conversion)
         return cls(rho_budget=rho, epsilon=float(epsilon), delta=float(delta), conversion=conversion)
 
     @classmethod
@@ -279,4 +288,17 @@ class Plan:
             raise BudgetExceededError(
                 f"plan spends rho={self.rho_planned:.6g} but the budget is rho={self.rho_budget:.6g}"
             )
+        if self.conversion == "gdp":
+            spent = self.gdp_planned / 2.0
+            if spent > self.rho_budget:
+                raise BudgetExceededError(
+                    f"plan spends mu^2/2={spent:.6g} by its Gaussian-DP charges but the budget is "
+                    f"mu^2/2={self.rho_budget:.6g}"
+                )
         return self
+
+    @property
+    def gdp_planned(self) -> float:
+        """The sum of the charges' mu^2 (`jaxdp.gdp.charge_mu`); ValueError for a charge that is
+        not an exact discrete Gaussian."""
+        return gdp.charges_mu2((c.primitive, c.sensitivity, c.scale, c.times * c.count) for c in self.charges)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from jaxdp import pld
+from jaxdp import gdp, pld
 from jaxdp.accounting import CONVERSIONS, BudgetExceededError, Plan, epsilon_from_rho
 from jaxdp.noise import PRIMITIVES
 
@@ -111,11 +111,14 @@ def budget_fields(plan: Plan, ledger: list[LedgerEntry], *, fixed: bool) -> dict
     """A report's budget fields for a checked ledger spent under `plan`.
 
     `epsilon_zcdp` converts the rho spent at the plan's delta (its zCDP conversion, the exact one
-    for a PLD calibration); `epsilon_pld` is the ledger's privacy-loss-distribution epsilon
+    for a PLD or GDP calibration); `epsilon_pld` is the ledger's privacy-loss-distribution epsilon
     (`jaxdp.pld.pld_epsilon`) where the run's charges were `fixed` before it started, else None
-    (adaptive rounds: no PLD filter here); `accountant` names the one whose figure is
-    `epsilon_spent`: "pld" where the plan was calibrated by it and it is the tighter, else
-    "zcdp". A plan with only a rho budget (what preprocessing left) has no delta: None for each.
+    (adaptive rounds: no PLD filter here); `epsilon_gdp` is the ledger's Gaussian-DP epsilon
+    (`jaxdp.gdp.spent_epsilon`) where the plan was calibrated by it ("gdp": every draw an exact
+    discrete Gaussian, under its filter), else None; `accountant` names the one whose figure is
+    `epsilon_spent`: "pld" or "gdp" where the plan was calibrated by it and it is the tighter,
+    else "zcdp". A plan with only a rho budget (what preprocessing left) has no delta: None for
+    each.
     """
     spent = rho_spent(ledger)
     fields = {
@@ -127,13 +130,20 @@ def budget_fields(plan: Plan, ledger: list[LedgerEntry], *, fixed: bool) -> dict
         "epsilon_spent": None,
         "epsilon_zcdp": None,
         "epsilon_pld": None,
+        "epsilon_gdp": None,
         "conversion": plan.conversion,
     }
     if plan.delta is None:
         return fields
     zcdp = epsilon_from_rho(spent, plan.delta, plan.conversion if plan.conversion in CONVERSIONS else "exact")
     by_pld = pld.pld_epsilon(pld.ledger_charges(ledger), plan.delta) if fixed and ledger else None
-    stated = plan.conversion == "pld" and by_pld is not None and by_pld < zcdp
-    fields |= {"epsilon_zcdp": zcdp, "epsilon_pld": by_pld}
-    fields |= {"accountant": "pld", "epsilon_spent": by_pld} if stated else {"epsilon_spent": zcdp}
-    return fields
+    by_gdp = None
+    if plan.conversion == "gdp" and ledger:
+        mu2 = gdp.charges_mu2((e.primitive, e.sensitivity, e.scale, e.count) for e in ledger)
+        by_gdp = gdp.spent_epsilon(mu2, plan.delta)
+    fields |= {"epsilon_zcdp": zcdp, "epsilon_pld": by_pld, "epsilon_gdp": by_gdp}
+    if plan.conversion == "pld" and by_pld is not None and by_pld < zcdp:
+        return fields | {"accountant": "pld", "epsilon_spent": by_pld}
+    if by_gdp is not None and by_gdp < zcdp:
+        return fields | {"accountant": "gdp", "epsilon_spent": by_gdp}
+    return fields | {"epsilon_spent": zcdp}

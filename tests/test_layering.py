@@ -25,6 +25,7 @@ FLOORS = {
     "jaxdp.types": 0,
     "jaxdp.keys": 1,
     "jaxdp._serial": 1,
+    "jaxdp.gdp": 0,
     "jaxdp.accounting": 1,
     "jaxdp.pld": 2,
     "jaxdp.samplers": 1,

@@ -34,10 +34,12 @@ def make_plan(epsilon: float | None, delta: float | None, rho: float | None, con
             "conversion 'pld' calibrates a built plan: give it to jaxdp.build or jaxdp.synthesize, "
             "which build the mechanism and then recalibrate its noise (jaxdp.pld)"
         )
-    _checks.one_of(conversion, CONVERSIONS, "conversion")
+    _checks.one_of(conversion, (*CONVERSIONS, "gdp"), "conversion")
     if rho is not None:
         if epsilon is not None:
             raise ValueError("give either epsilon (with delta) or rho, not both")
+        if conversion == "gdp":
+            raise ValueError("conversion 'gdp' calibrates an (epsilon, delta) budget: give epsilon and delta")
         return Plan.from_rho(rho)
     if epsilon is None or delta is None:
         raise ValueError("a budget needs epsilon and delta (or rho)")

@@ -387,6 +387,13 @@ def adaptive(
         raise ValueError(
             f"{type(family).__name__} fits under {_names(family.relations)}, not {relation.value}"
         )
+    if plan.conversion == "gdp":
+        if not (isinstance(select, HostRule) and select.gaussian_only) or noise != "discrete":
+            raise ValueError(
+                "conversion 'gdp' accounts runs whose every draw is an exact discrete Gaussian "
+                "(aim-gdp, swift; noise 'discrete'); use conversion 'exact' or 'pld' here"
+            )
+        select = dataclasses.replace(select, smoothed=True)
     if isinstance(select, HostRule):
         if classes is not None or alpha is not None or measure is None:
             raise ValueError(

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _checks, noise, samplers
+from jaxdp import _checks, gdp, noise, samplers
 from jaxdp.accounting import (
     MEASURE_PRIMITIVE,
     SELECT_PRIMITIVE,
@@ -72,7 +72,8 @@ class Schedule(NamedTuple):
     (the realised plan, and the one source of the rho spent); done: the budget is spent;
     kept: what the rule keeps of its selections' releases for later rounds (None: nothing; the
     noisy errors of `jaxdp.selection.NoisyErrorSelection`, the measurement plan of
-    `jaxdp.selection.SwiftSelection`).
+    `jaxdp.selection.SwiftSelection`); smoothed: the charges are costed by the Gaussian-DP
+    accountant (`jaxdp.gdp.charge_mu`, in mu^2 / 2), as the rule's draws are (`HostRule.smoothed`).
     """
 
     sigma: float
@@ -80,10 +81,17 @@ class Schedule(NamedTuple):
     charges: tuple[tuple[int, float, float], ...]
     done: bool
     kept: tuple | None = None
+    smoothed: bool = False
 
     @property
     def rho_spent(self) -> float:
-        """The rho of the charges so far, summed in order (as the filter adds them up)."""
+        """The budget the charges so far spent, summed in order (as the filter adds them up): rho,
+        or mu^2 / 2 where `smoothed`."""
+        if self.smoothed:
+            return sum(
+                gdp.charge_mu(noise.PRIMITIVES[code], sens, scale) ** 2 / 2.0
+                for code, sens, scale in self.charges
+            )
         return sum(charge_rho(noise.PRIMITIVES[code], sens, scale) for code, sens, scale in self.charges)
 
 
@@ -266,8 +274,13 @@ class HostRule:
     l1_sensitivity: float = static_field(default=1.0)
     l2_sensitivity: float = static_field(default=1.0)
     noise: str = static_field(default="discrete")
+    # the Gaussian-DP accountant's draws (conversion "gdp", `jaxdp.gdp`): every sigma calibrated
+    # from a budget share is drawn at sqrt(sigma^2 + S^2), which costs mu^2 / 2 = that share
+    smoothed: bool = static_field(default=False)
 
     kind: ClassVar[str] = MARGINALS
+    # whether every draw is a Gaussian measurement (conversion "gdp" may account the run)
+    gaussian_only: ClassVar[bool] = False
     relations: ClassVar[tuple[Neighboring, ...]] = (Neighboring.ADD_REMOVE, Neighboring.REPLACE_ONE)
     # whether the family refits after every round (else only after round 0 and the last)
     refits: ClassVar[bool] = True
@@ -343,15 +356,26 @@ class HostRule:
         return plan
 
     def measure_sigma(self, rho: float) -> float:
-        """sigma (counts) of a marginal's measurement costing at most `rho` (`noise.count_sigma`)."""
-        return noise.count_sigma(self.l2_sensitivity, rho, self.noise)
+        """sigma (counts) of a marginal's measurement costing at most `rho` (`noise.count_sigma`;
+        `drawn` where smoothed)."""
+        return self.drawn(noise.count_sigma(self.l2_sensitivity, rho, self.noise))
+
+    def drawn(self, sigma: float) -> float:
+        """The scale a draw calibrated at `sigma` is made at: sigma, or where `smoothed`
+        sqrt(sigma^2 + S^2) rounded up to float32 (its Gaussian-DP cost that of sigma unsmoothed:
+        `jaxdp.gdp`)."""
+        return float32_ceil(gdp.smoothed_sigma(sigma)) if self.smoothed else sigma
+
+    def undrawn(self, sigma: float) -> float:
+        """The inverse of `drawn`: the unsmoothed sigma whose cost a draw at `sigma` has."""
+        return math.sqrt(sigma * sigma - gdp.SMOOTHING**2) if self.smoothed else sigma
 
     def one_way_measurement(self, sigma: float, count: int) -> tuple[float, float]:
         """Round 0's (L2 sensitivity, sigma): its `count` 1-way candidates measured together (L2
         sensitivity sqrt(count) times a marginal's; the papers' separate measurements, same
         noise and cost)."""
         sensitivity = math.sqrt(count) * self.l2_sensitivity
-        sigma = float32_ceil(sigma)
+        sigma = float32_ceil(self.drawn(sigma))
         if self.noise == "discrete":  # the exact sampler's floor; a larger sigma costs less
             sigma = max(sigma, samplers.SIGMA_MIN)
         return sensitivity, sigma
@@ -642,7 +666,7 @@ class AIMSelection(HostRule):
         rounds (Algorithm 2, line 3)."""
         sigma0 = self.l2_sensitivity * math.sqrt(self.max_rounds / (2.0 * self.alpha * rho_budget))
         epsilon0 = math.sqrt(8.0 * (1.0 - self.alpha) * rho_budget / self.max_rounds)
-        return Schedule(sigma0, epsilon0, (), False)
+        return Schedule(sigma0, epsilon0, (), False, smoothed=self.smoothed)
 
     def round_cost(self, sigma: float, epsilon: float) -> float:
         return self.l2_sensitivity**2 / (2.0 * sigma**2) + epsilon**2 / 8.0
@@ -671,10 +695,11 @@ class AIMSelection(HostRule):
         if rounds >= self.max_rounds:
             return None
         target = self.l2_sensitivity * math.sqrt(rounds / (2.0 * self.alpha * rho_budget))
-        if target >= sigma:
+        first = self.undrawn(sigma)  # what the first measurement cost, as an unsmoothed sigma
+        if target >= first:
             return None
-        # the second measurement's sigma: together with the first, precision 1 / target^2
-        sensitivity, second = self.one_way_measurement(1.0 / math.sqrt(target**-2 - sigma**-2), count)
+        # the second measurement's sigma: together with the first, the cost of one at target
+        sensitivity, second = self.one_way_measurement(1.0 / math.sqrt(target**-2 - first**-2), count)
         if self.noise == "discrete" and second > samplers.SIGMA_MAX:  # too little to add: none
             return None
         charge = (noise.PRIMITIVES.index(self.measure_primitive), sensitivity, second)

@@ -78,6 +78,7 @@ class NoisyErrorSelection(AIMSelection):
     per_round: int = static_field(default=PER_ROUND)
 
     has_error_bounds: ClassVar[bool] = False
+    gaussian_only: ClassVar[bool] = True
 
     def subset(self, stale: np.ndarray, mask: np.ndarray, sigma: float) -> np.ndarray:
         """S_t (sorted indices): the eligible candidates without a released error, then the best
@@ -129,7 +130,8 @@ class NoisyErrorSelection(AIMSelection):
 
 def error_grid(rule: HostRule, rho_select: float, measured: int) -> tuple[int, float, float]:
     """(K, L2 sensitivity in steps, sigma in steps) of a Gaussian measurement of `measured`
-    candidates' L1 errors costing at most `rho_select`: K = 64 steps a count, halved until the
+    candidates' L1 errors costing at most `rho_select` (in mu^2 / 2 where the rule is smoothed:
+    the smoothing is in the sampler's integer steps): K = 64 steps a count, halved until the
     exact sampler takes the scale.
 
     Raises:
@@ -139,15 +141,16 @@ def error_grid(rule: HostRule, rho_select: float, measured: int) -> tuple[int, f
     sigma = noise.count_sigma(sensitivity, rho_select, rule.noise)
     steps = COUNT_STEPS
     if rule.noise == "discrete":
-        while steps > 1 and steps * sigma > samplers.SIGMA_MAX:
+        while steps > 1 and rule.drawn(steps * sigma) > samplers.SIGMA_MAX:
             steps //= 2
-        if steps * sigma > samplers.SIGMA_MAX:
+        if rule.drawn(steps * sigma) > samplers.SIGMA_MAX:
             raise ValueError(
                 f"a selection measuring {measured} errors needs noise of {sigma:.0f} counts, above the "
                 f"exact sampler's {samplers.SIGMA_MAX:.0f}: the budget is too small for this workload "
                 "(raise epsilon, or use fewer rounds)"
             )
-    return steps, steps * sensitivity, float32_ceil(steps * sigma)
+    scale = rule.drawn(steps * sigma) if rule.smoothed else float32_ceil(steps * sigma)
+    return steps, steps * sensitivity, scale
 
 
 def measure_errors(

@@ -240,6 +240,7 @@ class SwiftSelection(FixedPlanRule):
     max_clique_size: float = static_field(default=MAX_CLIQUE_SIZE)
 
     noise_penalty: ClassVar[bool] = False
+    gaussian_only: ClassVar[bool] = True
 
     def bind(
         self,
@@ -277,7 +278,7 @@ class SwiftSelection(FixedPlanRule):
     def start(self, rho_budget: float) -> Schedule:
         """Round 0's sigma: the 1-way marginals together at ONE_WAY_SHARE of the budget."""
         sigma = self.l2_sensitivity * math.sqrt(len(self.one_way()) / (2.0 * ONE_WAY_SHARE * rho_budget))
-        return Schedule(sigma, 0.0, (), False)
+        return Schedule(sigma, 0.0, (), False, smoothed=self.smoothed)
 
     def round_parameters(
         self, schedule: Schedule, rho_budget: float
