@@ -128,7 +128,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--conversion",
         default="exact",
         choices=CALIBRATIONS,
-        help="zCDP to (eps, delta), or pld: a fixed plan calibrated by its privacy loss distribution",
+        help="zCDP to (eps, delta); pld: a fixed plan calibrated by its privacy loss distribution; gdp: "
+        "aim-gdp and swift accounted by Gaussian DP",
     )
     synth.add_argument(
         "--noise",
