@@ -428,9 +428,11 @@ def _synth(args: argparse.Namespace) -> None:
             fh.write(content)
     if checkpoint is not None and not args.keep_checkpoint:
         checkpoint.remove()
+    spent = f"rho spent {report['rho_spent']:.6g} of {report['rho_budget']:.6g}"
+    if report.get("accountant") == "gdp":  # the budget is Gaussian-DP's mu^2 / 2; rho_spent, zCDP's view
+        spent = f"epsilon spent {report['epsilon_spent']:.6g} of {report['epsilon']:.6g} by Gaussian DP"
     print(
-        f"jaxdp: wrote {report['rows']} {report['output']} to {args.out}; "
-        f"rho spent {report['rho_spent']:.6g} of {report['rho_budget']:.6g} ({report['relation']})",
+        f"jaxdp: wrote {report['rows']} {report['output']} to {args.out}; {spent} ({report['relation']})",
         file=sys.stderr,
     )
 
