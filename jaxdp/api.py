@@ -97,7 +97,7 @@ def synthesize(
     rows: int | None = None,
     public: Any = None,
     relation: Neighboring | str | None = None,
-    conversion: str = "exact",
+    conversion: str | None = None,
     progress: bool = False,
     confidence: float = 0.95,
     mesh: Mesh | None = None,
@@ -130,13 +130,16 @@ def synthesize(
         public: a public table over the same schema (pmw-pub, pep-pub, gem-pub).
         relation: "replace-one" (n public) or "add-remove"; None: the mechanism's default (its
             registry entry's first `relations`), recorded in the report.
-        conversion: "exact" or "simple" zCDP-to-(epsilon, delta) conversion, or "pld": a
+        conversion: "exact" or "simple" zCDP-to-(epsilon, delta) conversion; "pld": a
             mechanism whose plan is fixed before it runs has its noise calibrated by the plan's
             privacy loss distribution (`jaxdp.pld`) where that is tighter than zCDP (about 10%
             more rho for an all-Gaussian plan at delta 1e-9); refused for AIM and AIM-GEM (no
-            PLD filter for their adaptive rounds) and where private bins spend budget first.
-            Every report names the `accountant` that states `epsilon_spent` and gives both
-            `epsilon_zcdp` and, for a fixed plan, `epsilon_pld`.
+            PLD filter for their adaptive rounds) and where private bins spend budget first;
+            "gdp": AIM-GDP and SWIFT under a Gaussian-DP filter (`jaxdp.gdp`). None (default):
+            the mechanism's registry `conversion` ("gdp" for AIM-GDP and SWIFT, measured to lower
+            their error; "exact" for the others, and wherever private bins spend budget first).
+            Every report names the `accountant` that states `epsilon_spent` and gives
+            `epsilon_zcdp`, and where they apply `epsilon_pld` and `epsilon_gdp`.
         progress: report progress (a tqdm bar when tqdm is installed, else one log line per
             block of rounds on the "jaxdp" logger). Off by default.
         confidence: of the per-marginal error bounds (aim).
@@ -204,7 +207,7 @@ def synthesize(
         work,
         **inputs.budget,
         relation=relation,
-        conversion=conversion,
+        conversion=inputs.conversion,
         rounds=rounds,
         public=inputs.public,
         mesh=mesh,
@@ -219,7 +222,7 @@ def synthesize(
             epsilon=epsilon,
             delta=delta,
             relation=relation,
-            conversion=conversion,
+            conversion=inputs.conversion,
             noise=options.get("noise", "discrete"),
         )
         every = DEFAULT_EVERY if checkpoint_every is None else checkpoint_every

@@ -126,10 +126,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     synth.add_argument(
         "--conversion",
-        default="exact",
+        default=None,
         choices=CALIBRATIONS,
-        help="zCDP to (eps, delta); pld: a fixed plan calibrated by its privacy loss distribution; gdp: "
-        "aim-gdp and swift accounted by Gaussian DP",
+        help="exact or simple: zCDP to (eps, delta); pld: a fixed plan calibrated by its privacy loss "
+        "distribution; gdp: aim-gdp and swift accounted by Gaussian DP (default: the mechanism's own, "
+        "gdp for aim-gdp and swift, else exact)",
     )
     synth.add_argument(
         "--noise",
@@ -347,7 +348,7 @@ def _synth(args: argparse.Namespace) -> None:
         workload,
         **inputs.budget,
         relation=relation,
-        conversion=args.conversion,
+        conversion=inputs.conversion,
         rounds=args.rounds,
         public=inputs.public,
         noise=args.noise,
@@ -366,7 +367,7 @@ def _synth(args: argparse.Namespace) -> None:
             epsilon=args.epsilon,
             delta=args.delta,
             relation=relation,
-            conversion=args.conversion,
+            conversion=inputs.conversion,
             noise=args.noise,
         )
         if args.key_file is not None:

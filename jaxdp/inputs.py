@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jaxdp import datasets, preprocess
+from jaxdp import binning, datasets, preprocess
 from jaxdp.binning import DEFAULT_BINNING_SHARE
 from jaxdp.checkpoint import digest
 from jaxdp.domain import (
@@ -128,12 +128,15 @@ class Inputs:
         public: the coded public table, if any.
         prepared: the coding of a table schema's columns and what it charged (None for input
             already coded).
+        conversion: the release's calibration (the one asked for, else the mechanism's registry
+            `conversion`, or zCDP's where private bins spend part of the budget first).
     """
 
     data: Dataset
     budget: dict[str, Any]
     public: Dataset | None = None
     prepared: preprocess.Prepared | None = None
+    conversion: str = "exact"
 
 
 def prepare_inputs(
@@ -145,7 +148,7 @@ def prepare_inputs(
     delta: float,
     key: Key,
     relation: Neighboring | str | None = None,
-    conversion: str = "exact",
+    conversion: str | None = None,
     public: Any = None,
     noise: str = "discrete",
     binning_share: float = DEFAULT_BINNING_SHARE,
@@ -171,14 +174,19 @@ def prepare_inputs(
         if table_schema is not None and table_schema != data.schema:
             raise DataError("the table was validated against another schema than the one given")
         table_schema = data.schema
+    spec = mechanism_spec(name)
     if table_schema is None:
         dataset = as_dataset(data, schema)
         public_data = None if public is None else as_dataset(public, dataset.domain)
-        return Inputs(dataset, {"epsilon": epsilon, "delta": delta}, public_data)
+        conversion = spec.conversion if conversion is None else conversion
+        return Inputs(dataset, {"epsilon": epsilon, "delta": delta}, public_data, conversion=conversion)
+    if conversion is None:  # the mechanism's own, unless private bins spend part of the budget first
+        binned = not spec.real_numeric and any(binning.is_private(c) for c in table_schema.numeric)
+        conversion = "exact" if binned else spec.conversion
     table = data if isinstance(data, RawTable) else table_from(data, table_schema)
     prepared = preprocess.prepare(
         table,
-        real=mechanism_spec(name).real_numeric,
+        real=spec.real_numeric,
         epsilon=epsilon,
         delta=delta,
         conversion=conversion,
@@ -191,7 +199,7 @@ def prepare_inputs(
     if public is not None:
         public_table = public if isinstance(public, RawTable) else table_from(public, table_schema)
         public_data = prepared.coding.encode(public_table)
-    return Inputs(prepared.dataset, prepared.budget, public_data, prepared)
+    return Inputs(prepared.dataset, prepared.budget, public_data, prepared, conversion=conversion)
 
 
 def finish(result: Result, inputs: Inputs, key: Key) -> Result:

@@ -86,10 +86,10 @@ def prepare(
     private = () if real else tuple(c for c in table.schema.numeric if binning.is_private(c))
     if not real:
         cuts = {c.name: binning.public_cuts(c) for c in table.schema.numeric if not binning.is_private(c)}
-    if private and conversion == "pld":
+    if private and conversion in ("pld", "gdp"):
         raise ValueError(
-            "conversion 'pld' calibrates a whole (epsilon, delta) budget, and private bins would spend "
-            f"part of it first (columns {', '.join(c.name for c in private)}): declare their bins "
+            f"conversion {conversion!r} calibrates a whole (epsilon, delta) budget, and private bins would "
+            f"spend part of it first (columns {', '.join(c.name for c in private)}): declare their bins "
             "(edges, or equal-width bins), or use conversion 'exact'"
         )
     if private:

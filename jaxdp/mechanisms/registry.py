@@ -68,6 +68,9 @@ class MechanismSpec:
             takes `relation=`, the others take none (replace-one: n public).
         real_numeric: takes numeric columns as real values (rap++); the others see each numeric
             column of a table schema as its bins (`jaxdp.binning`).
+        conversion: the calibration a release uses when none is named (`jaxdp.accounting.CALIBRATIONS`):
+            "exact" (zCDP), or "gdp" where the mechanism's draws are all Gaussian and measured to
+            do better under it (AIM-GDP, SWIFT).
         compression: the mechanism takes `compress=` (a `jaxdp.families.Compression` or None)
             and reports what it merged (the report's `compression`); this is the compression the
             command line's `--compress THRESHOLD` sets the threshold of. None: no `compress=`.
@@ -77,6 +80,7 @@ class MechanismSpec:
     rounds: int | None = None
     one_round: bool = False
     fixed_rounds: bool = False
+    conversion: str = "exact"
     public: bool = False
     cap_rounds: bool = False
     relaxed: bool = True
@@ -152,7 +156,7 @@ def build(
     delta: float | None = DEFAULT_DELTA,
     rho: float | None = None,
     relation: Neighboring | str | None = None,
-    conversion: str = "exact",
+    conversion: str | None = None,
     rounds: int | None = None,
     public: Dataset | None = None,
     mesh: Mesh | None = None,
@@ -162,8 +166,9 @@ def build(
 
     The budget is (epsilon, delta), or rho with epsilon and delta None (what a release's
     preprocessing left, `jaxdp.preprocess`). `relation` None is the mechanism's default (the
-    first of its registry entry's `relations`). Default rounds of a mechanism that measures each
-    marginal at most once are capped at the workload's marginals (logged on the "jaxdp" logger).
+    first of its registry entry's `relations`); `conversion` None its registry `conversion`.
+    Default rounds of a mechanism that measures each marginal at most once are capped at the
+    workload's marginals (logged on the "jaxdp" logger).
     `mesh` (one axis "records", `jaxdp.queries.records_mesh()`) splits the records over its
     devices to count them, for the factories that take a `mesh` keyword.
 
@@ -174,6 +179,8 @@ def build(
     """
     spec = mechanism_spec(name)
     relation = mechanism_relation(name, relation)
+    if conversion is None:  # the mechanism's own; a rho budget (preprocessing spent some) is zCDP's
+        conversion = spec.conversion if rho is None else "exact"
     if mesh is not None:
         if not spec.mesh:
             raise ValueError(f"mechanism {name!r} does not count records over a mesh; leave mesh=None")
