@@ -32,15 +32,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
-import time
 from collections import defaultdict
 
 import bench_small
 from _common import Recorder, load_average
 from bench_aim import write_table
-from peers import DELTA, PEERS_PYTHON, code_commit, run_jaxdp, run_peer, score
+from peers import DELTA, PEERS_PYTHON, code_commit, run_jaxdp, run_peer, run_runner, score
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DPSYNTH_PYTHON = os.environ.get("DPSYNTH_PYTHON", "/work/dpsynth-venv/bin/python")
@@ -68,24 +66,9 @@ def run_dpsynth(mechanism: str, seed: int, table: str, domain: str, workload: st
         *("--epsilon", str(args.epsilon), "--delta", str(DELTA), "--seed", str(seed)),
         *("--out", out, "--result", result),
     ]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    row = {"command": " ".join(cmd[1:])}
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, timeout=args.cap)
-    except subprocess.TimeoutExpired:
-        return row | {
-            "wall_s": args.cap,
-            "ok": False,
-            "timed_out": True,
-            "error": f"over the {args.cap:.0f} s cap",
-        }
-    row["wall_s"] = time.perf_counter() - start
-    try:
-        with open(result) as fh:
-            res = json.load(fh)
-    except (OSError, json.JSONDecodeError):
-        return row | {"ok": False, "error": f"runner exited {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
+    row, res = run_runner(cmd, work, result, args.cap)
+    if res is None:
+        return row
     row |= {k: res[k] for k in ("fit_s", "settings", "calibration", "error") if k in res}
     row["dpsynth_versions"] = res.get("versions")
     return row | {"ok": bool(res.get("ok")), "synthetic": out if res.get("ok") else None}

@@ -267,6 +267,19 @@ def run_peer(
         cmd.append("--mbi-shim")
     if library.endswith("+nocompress"):
         cmd.append("--no-compress")
+    row, res = run_runner(cmd, work, result, timeout)
+    if res is None:
+        return row
+    row |= {k: res[k] for k in ("fit_s", "sample_s", "settings", "error", "mbi_shim") if k in res}
+    row["runner_versions"] = res.get("versions")  # "versions" is jaxdp's environment (Recorder)
+    return row | {"ok": bool(res.get("ok")), "synthetic": out if res.get("ok") else None}
+
+
+def run_runner(cmd: list[str], work: str, result: str, timeout: float) -> tuple[dict, dict | None]:
+    """A peer's runner as a whole process in its own environment (jaxdp's PYTHONPATH and venv
+    dropped), timed from outside: (the row so far, the JSON result it wrote), or (a failed row,
+    None) where it ran past `timeout` seconds or wrote no result (a crash, or the kernel's OOM
+    kill: the exit code is in the error)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     row = {"command": " ".join(cmd[1:])}
     start = time.perf_counter()
@@ -278,16 +291,14 @@ def run_peer(
             "ok": False,
             "timed_out": True,
             "error": f"over the {timeout:.0f} s cap",
-        }
+        }, None
     row["wall_s"] = time.perf_counter() - start
     try:
         with open(result) as fh:
-            res = json.load(fh)
+            return row, json.load(fh)
     except (OSError, json.JSONDecodeError):
-        return row | {"ok": False, "error": f"runner exited {proc.returncode}: {proc.stderr.strip()[-2000:]}"}
-    row |= {k: res[k] for k in ("fit_s", "sample_s", "settings", "error", "mbi_shim") if k in res}
-    row["runner_versions"] = res.get("versions")  # "versions" is jaxdp's environment (Recorder)
-    return row | {"ok": bool(res.get("ok")), "synthetic": out if res.get("ok") else None}
+        error = f"runner exited {proc.returncode}: {proc.stderr.strip()[-2000:]}"
+        return row | {"ok": False, "error": error}, None
 
 
 def score(data: Dataset, workload, path: str) -> dict:
