@@ -17,8 +17,9 @@ The rule is `jaxdp.selection.NoisyErrorSelection` (its docstring says where it d
 DPSynth's), the family `jaxdp.families.GraphicalModel` and the driver AIM's
 (`jaxdp.mechanisms.annealed.Annealed`). DPSynth's defaults: 16 candidates a round, a selection
 share of 0.1 (alpha 0.9), T = 16 d, annealing by 4 in the round's budget. Accounted by AIM's
-zCDP filter: with exact discrete Gaussian noise the Gaussian-DP accountant DPSynth uses would
-need a bound of its own (`jaxdp.selection.noisy_errors`).
+filter in zCDP (`conversion="exact"`, this factory's default) or, as DPSynth accounts it, in
+Gaussian DP (`conversion="gdp"`, `jaxdp.gdp`: each exact discrete Gaussian bounded through a
+smoothing), the registry's default for "aim-gdp" (`jaxdp.build`, `synthesize`, the CLI).
 """
 
 from __future__ import annotations
@@ -66,8 +67,10 @@ def aim_gdp(
         alpha: share of each round's budget spent on measurement (DPSynth's 0.9; the rest on
             the selection's noisy errors).
         per_round: the most candidates a round's selection measures (DPSynth's 16).
-        The others: as `jaxdp.aim` (budget, relation, conversion, model size, rounds, fits,
-            noise, mesh, compression, round 0's resolution).
+        conversion: "exact" (zCDP, the default here) or "gdp" (Gaussian DP, `jaxdp.gdp`; the
+            registry's default, so `jaxdp.build` and the CLI use it unless told otherwise).
+        The others: as `jaxdp.aim` (budget, relation, model size, rounds, fits, noise, mesh,
+            compression, round 0's resolution).
 
     Raises:
         ValueError: bad arguments, or a budget whose selection noise the exact sampler cannot
@@ -75,8 +78,8 @@ def aim_gdp(
         ImportError: `mbi` is not installed (pip install "jaxdp-synth[pgm]").
 
     Privacy:
-        See `jaxdp.selection.NoisyErrorSelection`: rho-zCDP by AIM's filter, for the stated
-        relation.
+        See `jaxdp.selection.NoisyErrorSelection`: rho-zCDP by AIM's filter, or under "gdp"
+        mu-GDP by the same filter costing each draw in mu^2 / 2, for the stated relation.
     """
     return adaptive(
         data,

@@ -59,15 +59,18 @@ def swift(
     Args:
         max_clique_size: the most cells a node of SWIFT's clique tree may have (DPSynth's 1e7):
             the size of the largest table the model holds.
-        The others: as `jaxdp.aim` (budget, relation, conversion, fits, noise, mesh, compression
-            after round 0). No rounds: they follow from the plan.
+        conversion: "exact" (zCDP, the default here) or "gdp" (Gaussian DP, `jaxdp.gdp`; the
+            registry's default, so `jaxdp.build` and the CLI use it unless told otherwise).
+        The others: as `jaxdp.aim` (budget, relation, fits, noise, mesh, compression after round
+            0). No rounds: they follow from the plan.
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over
         another domain. ImportError: `mbi` is not installed (pip install "jaxdp-synth[pgm]").
 
     Privacy:
-        See `jaxdp.selection.SwiftSelection`: rho-zCDP, for the stated relation.
+        See `jaxdp.selection.SwiftSelection`: rho-zCDP, or mu-GDP under "gdp", for the stated
+        relation.
     """
     return adaptive(
         data,

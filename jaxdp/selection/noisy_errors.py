@@ -21,9 +21,9 @@ Where this departs from DPSynth's: DPSynth spends half a round's budget up front
 of every candidate against the 1-way model; here round 1's selection measures every eligible
 candidate within its own share (no extra charge), and later rounds at most `per_round`. The
 errors are exact integers (steps of 1 / K counts, `candidate_l1_steps`) with exact discrete Gaussian
-noise, and the run is accounted in zCDP by AIM's filter. DPSynth accounts the same composition
-as one Gaussian-DP event (its Gaussian noise is continuous; the discrete Gaussian is not exactly
-1/sigma-GDP, so that accountant does not transfer to exact noise without a bound of its own).
+noise. The run is accounted by AIM's filter, in zCDP or, as DPSynth accounts it, in Gaussian DP
+(conversion "gdp"): the discrete Gaussian is not exactly 1/sigma-GDP, so there each draw is
+bounded through a smoothing (`jaxdp.gdp`) and made at sqrt(sigma^2 + S^2) (`HostRule.drawn`).
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ class NoisyErrorSelection(AIMSelection):
         most K L1 each (L1: 1 under add/remove, 2 under replace-one; clipping at 2^30 steps is
         1-Lipschitz), so the vector moves by at most K L1 sqrt(|S_t|) in L2, measured with
         (discrete) Gaussian noise of scale K sigma_sel: L1^2 |S_t| / (2 sigma_sel^2) <= rho_select
-        zCDP. S_t depends on released values only; the argmax and the kept errors are
-        post-processing. The filter keeps the realised sum <= rho.
+        zCDP (under "gdp": the smoothed draw's mu^2 / 2 <= rho_select, `jaxdp.gdp.charge_mu`).
+        S_t depends on released values only; the argmax and the kept errors are
+        post-processing. The filter keeps the realised sum <= rho (or mu^2 / 2).
     """
 
     per_round: int = static_field(default=PER_ROUND)

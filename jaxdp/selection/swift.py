@@ -20,10 +20,9 @@ Tree", 2026), as a public part: `SwiftSelection`.
 
 Where this departs from DPSynth's: S is the best prefix by the ratio, then improved by single
 additions, removals and swaps (DPSynth stops at the first prefix that scores lower); the noise is
-exact (integer errors and counts, discrete Gaussian); the run is accounted in zCDP (the split is
-chosen from released values, and the charges sum to the budget; DPSynth accounts the same
-composition as one Gaussian-DP event, which with the discrete Gaussian would need a bound of its
-own, `jaxdp.selection.noisy_errors`).
+exact (integer errors and counts, discrete Gaussian). The split is chosen from released values
+and the charges sum to the budget, so the run composes in zCDP or, as DPSynth accounts it, in
+Gaussian DP (conversion "gdp", each discrete Gaussian bounded through a smoothing: `jaxdp.gdp`).
 """
 
 from __future__ import annotations
@@ -234,7 +233,8 @@ class SwiftSelection(FixedPlanRule):
         sqrt(|W+|) in steps of 1/K count), SELECT_SHARE (1 - ONE_WAY_SHARE) rho. Then one
         Gaussian measurement per planned marginal at rho_r, the rho_r summing to the rest: the
         plan is post-processing of the released errors, so the charges are chosen adaptively
-        with a total fixed in advance (zCDP composes them: the filter's sum is the budget).
+        with a total fixed in advance (zCDP composes them, and Gaussian DP under "gdp", in
+        mu^2 / 2 of the smoothed draws: the filter's sum is the budget).
     """
 
     max_clique_size: float = static_field(default=MAX_CLIQUE_SIZE)
