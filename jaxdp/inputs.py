@@ -31,7 +31,7 @@ from jaxdp.domain import (
     table_from,
 )
 from jaxdp.keys import decode_key, require_key
-from jaxdp.mechanisms.registry import mechanism_relation, mechanism_spec
+from jaxdp.mechanisms.registry import default_conversion, mechanism_relation, mechanism_spec
 from jaxdp.queries import MarginalWorkload, all_kway, from_names
 from jaxdp.report import Result
 from jaxdp.types import Key, Neighboring
@@ -178,11 +178,10 @@ def prepare_inputs(
     if table_schema is None:
         dataset = as_dataset(data, schema)
         public_data = None if public is None else as_dataset(public, dataset.domain)
-        conversion = spec.conversion if conversion is None else conversion
+        conversion = default_conversion(name, conversion, spent_first=False)
         return Inputs(dataset, {"epsilon": epsilon, "delta": delta}, public_data, conversion=conversion)
-    if conversion is None:  # the mechanism's own, unless private bins spend part of the budget first
-        binned = not spec.real_numeric and any(binning.is_private(c) for c in table_schema.numeric)
-        conversion = "exact" if binned else spec.conversion
+    binned = not spec.real_numeric and any(binning.is_private(c) for c in table_schema.numeric)
+    conversion = default_conversion(name, conversion, spent_first=binned)
     table = data if isinstance(data, RawTable) else table_from(data, table_schema)
     prepared = preprocess.prepare(
         table,

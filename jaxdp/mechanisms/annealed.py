@@ -368,17 +368,15 @@ class Annealed:
         rho_used = state.schedule.rho_spent + rho_select + rho_measure
 
         started = time.perf_counter()
-        scored = rule.reads_scores(state.schedule)
-        if scored:
+        if rule.reads_scores(state.schedule):
             mask = self._eligible(parts, state, rho_used / self.plan.rho_budget)
-        else:
-            mask = np.ones(len(rule.candidates), bool)
-        filter_s = time.perf_counter() - started
-        started = time.perf_counter()
-        if scored:
+            filter_s = time.perf_counter() - started
+            started = time.perf_counter()
             answered = self._answers(parts, state.model, mask)
-        else:
+        else:  # a pick fixed by earlier releases: no filter, no answers
+            mask = np.ones(len(rule.candidates), bool)
             answered = np.zeros(rule.candidates.n_queries, np.float64)
+            filter_s = 0.0
         model_counts = answered.astype(np.float32)
         selected = rule(
             stream_key(key, Stream.SELECT),

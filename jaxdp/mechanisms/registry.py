@@ -108,6 +108,15 @@ def rounds_cap(factory: Callable[..., Any]) -> Callable[..., Any]:
     return capped
 
 
+def default_conversion(name: str, conversion: str | None, *, spent_first: bool) -> str:
+    """`conversion`, or where None the mechanism's registry `conversion`; zCDP's ("exact") where
+    part of the budget was `spent_first` (private bins: the mechanism gets a rho, and "gdp" and
+    "pld" calibrate a whole (epsilon, delta))."""
+    if conversion is not None:
+        return conversion
+    return "exact" if spent_first else mechanism_spec(name).conversion
+
+
 def register(name: str, spec: MechanismSpec) -> None:
     """Add a mechanism to the registry the API and the command line share."""
     if not isinstance(spec, MechanismSpec):
@@ -179,8 +188,7 @@ def build(
     """
     spec = mechanism_spec(name)
     relation = mechanism_relation(name, relation)
-    if conversion is None:  # the mechanism's own; a rho budget (preprocessing spent some) is zCDP's
-        conversion = spec.conversion if rho is None else "exact"
+    conversion = default_conversion(name, conversion, spent_first=rho is not None)
     if mesh is not None:
         if not spec.mesh:
             raise ValueError(f"mechanism {name!r} does not count records over a mesh; leave mesh=None")

@@ -361,10 +361,10 @@ class HostRule:
         return self.drawn(noise.count_sigma(self.l2_sensitivity, rho, self.noise))
 
     def drawn(self, sigma: float) -> float:
-        """The scale a draw calibrated at `sigma` is made at: sigma, or where `smoothed`
-        sqrt(sigma^2 + S^2) rounded up to float32 (its Gaussian-DP cost that of sigma unsmoothed:
+        """The scale a draw calibrated at `sigma` is made at, rounded up to float32: sigma, or
+        where `smoothed` sqrt(sigma^2 + S^2) (its Gaussian-DP cost that of sigma unsmoothed:
         `jaxdp.gdp`)."""
-        return float32_ceil(gdp.smoothed_sigma(sigma)) if self.smoothed else sigma
+        return float32_ceil(gdp.smoothed_sigma(sigma) if self.smoothed else sigma)
 
     def undrawn(self, sigma: float) -> float:
         """The inverse of `drawn`: the unsmoothed sigma whose cost a draw at `sigma` has."""
@@ -375,7 +375,7 @@ class HostRule:
         sensitivity sqrt(count) times a marginal's; the papers' separate measurements, same
         noise and cost)."""
         sensitivity = math.sqrt(count) * self.l2_sensitivity
-        sigma = float32_ceil(self.drawn(sigma))
+        sigma = self.drawn(sigma)
         if self.noise == "discrete":  # the exact sampler's floor; a larger sigma costs less
             sigma = max(sigma, samplers.SIGMA_MIN)
         return sensitivity, sigma

@@ -36,7 +36,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import noise, samplers
-from jaxdp.accounting import float32_ceil
 from jaxdp.selection.annealed import (
     COUNT_STEPS,
     SQRT_2_OVER_PI,
@@ -150,8 +149,7 @@ def error_grid(rule: HostRule, rho_select: float, measured: int) -> tuple[int, f
                 f"exact sampler's {samplers.SIGMA_MAX:.0f}: the budget is too small for this workload "
                 "(raise epsilon, or use fewer rounds)"
             )
-    scale = rule.drawn(steps * sigma) if rule.smoothed else float32_ceil(steps * sigma)
-    return steps, steps * sensitivity, scale
+    return steps, steps * sensitivity, rule.drawn(steps * sigma)
 
 
 def measure_errors(
