@@ -32,6 +32,7 @@ REPORT_KEYS = {
     "accountant",
     "epsilon_zcdp",
     "epsilon_pld",
+    "epsilon_gdp",
     "conversion",
     "noise",
     "relation",

@@ -125,7 +125,7 @@ def _probe(tmp: Path, jobs: list[list[str]], *, bake: Path | None = None, env: d
 
 
 # AIM's filter needs at least one round per attribute of the workload.
-ROUNDS = {"aim": len(SIZES), "aim-gem": len(SIZES)}
+ROUNDS = {"aim": len(SIZES), "aim-gem": len(SIZES), "aim-gdp": len(SIZES)}
 
 
 def _jobs(csv: Path, tmp: Path, mechanisms: list[str]) -> list[list[str]]:

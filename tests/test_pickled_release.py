@@ -34,7 +34,11 @@ from tests._needles import found_in, marginal, needles
 
 SIZES = {"a": 5, "b": 7, "c": 6, "d": 4, "e": 9}
 DOMAIN = Domain.from_sizes(SIZES)
-ROUNDS = {"aim": len(SIZES), "aim-gem": len(SIZES)}  # AIM's filter: a round per attribute at least
+ROUNDS = {
+    "aim": len(SIZES),
+    "aim-gem": len(SIZES),
+    "aim-gdp": len(SIZES),
+}  # AIM's filter: a round per attribute at least
 QUICK = ("aim", "pep", "gaussian")  # the quick tier's: a host loop, a compiled scan, noisy answers
 
 
