@@ -2,7 +2,7 @@
 
 XLA:CPU generates fusion code with its MLIR fusion emitters by default. Its classic elemental
 emitters (`xla_cpu_use_fusion_emitters=False`) compile jaxdp's programs in 30-40% less time, but
-the code they make runs slower: measured on the 2-core CPU (`bench/README.md`, "Compile
+the code they make runs slower: measured on the 2-core CPU (`bench/HISTORY.md`, "Compile
 options"), the relaxed kernels' value and gradient compile in 0.78 s instead of 1.28 s and run
 6% slower, exact marginal counts of 10^6 records run 1.86x slower, DualQuery's rounds 35% and
 AIM's fit on large cliques 19% slower. So the default stays XLA's, and `fast_compiled` is for

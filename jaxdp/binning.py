@@ -26,7 +26,7 @@ decoded by the fine histogram (`jaxdp.coding`) it is 0.0044 / 0.0042, that of th
 0.0037 / 0.0035 since the grid keeps the bounds' piles apart (`fine_cuts`), against 0.0034 for
 train.csv itself. AIM with 32 quantile bins at epsilon 1: mixed-marginal error 0.0080 decoded
 uniformly (seeds 0-2), 0.0060 by the fine histogram, 0.0043 with empty cells and piles kept
-(seeds 0-4; RAP++ 0.0050; bench/README.md, "Raw Adult through a table schema"). The quantiles
+(seeds 0-4; RAP++ 0.0050; bench/HISTORY.md, "Raw Adult through a table schema"). The quantiles
 cost 10% of the budget; a schema that declares `bins` or `edges` pays nothing.
 """
 
@@ -52,7 +52,7 @@ FINE_CELLS = 128
 # 32 noisy quantile bins decoded with no mechanism between (10 noise draws at epsilon 1's
 # scale): mixed-marginal error 0.00458 with counts clipped at 0, 0.00439 / 0.00427 / 0.00434 /
 # 0.00441 with such cells zeroed at 1.5 / 2 / 2.5 / 3 deviations, 0.00424 with the true counts
-# (bench/README.md, "Raw Adult through a table schema").
+# (bench/HISTORY.md, "Raw Adult through a table schema").
 EMPTY_BELOW = 2.0
 
 

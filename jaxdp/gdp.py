@@ -98,7 +98,7 @@ def charge_mu(primitive: str, sensitivity: float, scale: float) -> float:
 
     Raises:
         ValueError: any other primitive (no Gaussian-DP bound here: selections by the exponential
-        mechanism, float noise).
+            mechanism, float noise).
     """
     if primitive != "discrete_gaussian":
         raise ValueError(

@@ -86,7 +86,7 @@ _scan_jit = jax.jit(_scan_rounds, static_argnames="length")
 _scan_fast_compiled = fast_compiled(_scan_rounds, static_argnames="length")
 # Rounds of a family with `short_rounds` (PEP, MWEM) compile with XLA:CPU's quicker code generator
 # (`jaxdp._jit`) while rounds x the state's elements stay within SHORT_RUN_WORK. Measured on the
-# 2-core CPU (`bench/README.md`, "Compile options"): PEP on ADULT-reduced, 25 rounds of a
+# 2-core CPU (`bench/HISTORY.md`, "Compile options"): PEP on ADULT-reduced, 25 rounds of a
 # 732k-element state (1.8e7), compiles its rounds 0.7 s faster and runs them 0.15 s slower, so
 # the bound leaves room on both sides. Other families keep XLA's default code, which runs
 # DualQuery's rounds 35% faster, and AIM's fit 19%.
@@ -365,7 +365,7 @@ def run_many(
 
     Raises:
         As `run`, for any lane; ValueError: a sequence whose length is not the number of keys,
-        or whose mechanisms differ in more than data and plans ("map" and "vmap").
+            or whose mechanisms differ in more than data and plans ("map" and "vmap").
 
     Privacy:
         Each lane is a separate run with its own root key, audited against its own mechanism's

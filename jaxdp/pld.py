@@ -4,7 +4,7 @@ jaxdp's budget is zCDP (`jaxdp.accounting`). For a plan fixed before the run (ev
 in advance: Independent, Gaussian, MST, PrivBayes and the fixed-round mechanisms), the privacy
 loss distribution of the whole composition gives the tightest (epsilon, delta) a theorem allows
 for the profiles used; for a composition of Gaussians it spends about 10% more rho than the
-Canonne-Kamath-Steinke conversion at delta = 1e-9 (bench/README.md, "PLD accounting").
+Canonne-Kamath-Steinke conversion at delta = 1e-9 (bench/HISTORY.md, "PLD accounting").
 
 The profile of each primitive (`charge_pld`), all composed by `dp_accounting`'s PLD (Meiser &
 Mohammadi 2018; Koskela et al. 2020; Doroshenko et al. 2022, "connect the dots"), pessimistic

@@ -56,7 +56,7 @@ class Refit:
     independence (a discrepancy principle, with the level measured: the model's workload error
     has its minimum there where it has one). Post-processing of the measurements only.
 
-    AIM, epsilon 1, all 3-way marginals, the model's mean L1 over seeds 0-4 (bench/README.md,
+    AIM, epsilon 1, all 3-way marginals, the model's mean L1 over seeds 0-4 (bench/HISTORY.md,
     "AIM's last fit"): converged fits end at 0.33-0.37 of the noise's loss on 6-attribute
     ADULT and 0.47-0.53 on ADULT-reduced, where stopping 0.1 above lowered the error on every
     seed; on binary16 (dense cells, little noise) they end at ~0.73 and the error only falls to

@@ -694,13 +694,13 @@ def sample(
     attributes drawn before (the strata), so the records' counts on marginals outside the tree's
     cliques track the model's conditional independences too. Drawn independently, records would
     leave up to two records per cell off and their non-clique marginals noisy, and that shows in
-    the workload error (bench/README.md, "AIM's records against its model").
+    the workload error (bench/HISTORY.md, "AIM's records against its model").
 
     `tracked` names the marginals whose records' counts should follow the model (the workload's,
     over the model's domain). An attribute in one of them with attributes drawn before it that
     are not all its parents (a marginal outside its clique, which sums over many parent groups)
     is drawn by `balanced` instead, keeping its group's counts and those of every such key
-    (the marginal's other attributes) near their expectations at once (bench/README.md,
+    (the marginal's other attributes) near their expectations at once (bench/HISTORY.md,
     "Releases that keep what was measured"). Keys of more than 2^22 cells x categories, and
     those past 2^26 record cells in all (the largest keys kept), are left to the strata.
 

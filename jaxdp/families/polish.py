@@ -3,7 +3,7 @@
 A sampler draws each attribute in turn, so it balances a marginal only against the attributes
 drawn before (`_sampling.balanced`): once a later attribute is drawn, nothing looks back at the
 marginals of an earlier one with it. On ADULT's 364 3-way marginals AIM's records scored 2.0-2.3%
-above the model they came from (bench/README.md, "Records polished toward their model").
+above the model they came from (bench/HISTORY.md, "Records polished toward their model").
 
 `polish` visits every record and attribute, with every other attribute drawn: it takes the
 record's value away and gives it the value whose cells, in every workload marginal holding the

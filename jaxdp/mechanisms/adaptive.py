@@ -364,9 +364,9 @@ def adaptive(
 
     Raises:
         TypeError: a part of the wrong kind; ValueError: bad settings, parts that do not fit
-        together (named), more rounds than candidates, a workload over another domain;
+            together (named), more rounds than candidates, a workload over another domain;
         BudgetExceededError: a plan over the budget; DataError: numeric columns for a
-        categorical family, an empty table, a domain too large for a histogram family.
+            categorical family, an empty table, a domain too large for a histogram family.
 
     Privacy:
         See `Adaptive`: rho-zCDP in total under `relation`, by the plan checked here.

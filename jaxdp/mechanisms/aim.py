@@ -100,7 +100,7 @@ def aim(
             values counted below 3 sigma, spread back by their noisy counts on release;
             post-processing, no privacy cost); None keeps the declared domain. On 6-attribute
             ADULT (epsilon 1, all 3-way marginals) it cut the mean L1 of the records by about a
-            tenth (bench/README.md, "End to end against SmartNoise and dpmm", second run).
+            tenth (bench/HISTORY.md, "End to end against SmartNoise and dpmm", second run).
         mesh: split the records over this mesh's devices to count them (one axis "records",
             `jaxdp.queries.records_mesh()`; one psum); the rest of the run and the release are
             those of one device with the same key.
@@ -112,7 +112,7 @@ def aim(
             round 0 measures them a second time, so that the two together
             have that noise, and the rounds after are calibrated for the fewer rounds T' that
             takes (at least 2 d; `jaxdp.selection.AIMSelection`). None: the paper's schedule
-            for T. On three tables of 1,000-1,304 records (bench/README.md, "Small tables", 5
+            for T. On three tables of 1,000-1,304 records (bench/HISTORY.md, "Small tables", 5
             seeds) it cut AIM's mean L1 at epsilon 0.1 from 1.50-1.62 to 1.25-1.45 (below
             Independent's on two, 1.02x it on PUMS) and at epsilon 1 by 8-20%; on the bench's
             tables of 48,842-50,000 records it changes nothing at epsilon 1.

@@ -110,6 +110,6 @@ register(
         relations=AIM_RELATIONS,
         mesh=True,
         compression=DEFAULT_COMPRESSION,
-        conversion="gdp",  # bench/README.md, "Tighter accountants": mean L1 lower in 4 of 4 settings
+        conversion="gdp",  # bench/HISTORY.md, "Tighter accountants": mean L1 lower in 4 of 4 settings
     ),
 )

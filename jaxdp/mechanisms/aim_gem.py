@@ -76,7 +76,7 @@ def aim_gem(
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over
-        another domain.
+            another domain.
 
     Privacy:
         See `jaxdp.selection.AIMSelection`: rho-zCDP by the filter, for the stated relation,

@@ -84,9 +84,9 @@ def mst(
             `jaxdp.queries.records_mesh()`); the release is that of one device with the same key.
 
     Raises:
-        ValueError: bad arguments or fewer than 2 attributes; DataError: numeric columns, empty
-        data, or a workload over another domain. ImportError: `mbi` is not installed
-        (pip install "jaxdp-synth[pgm]").
+        ValueError: bad arguments or fewer than 2 attributes.
+        DataError: numeric columns, empty data, or a workload over another domain.
+        ImportError: `mbi` is not installed (pip install "jaxdp-synth[pgm]").
 
     Privacy:
         See `jaxdp.selection.MSTSelection`: rho-zCDP by a plan fixed before the run, for the

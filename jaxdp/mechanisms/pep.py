@@ -40,11 +40,10 @@ def pep(
     mesh: Mesh | None = None,
     noise: str = "discrete",
 ) -> Adaptive:
-    """Build PEP (or PEP-Pub when `public` is given).
+    """Build PEP (or PEP-Pub when `public` is given). data, workload, rounds, epsilon, delta, rho,
+    alpha, marginal_trick, public, conversion, mesh and noise are as for `jaxdp.mwem`.
 
     Args:
-        data, workload, rounds, epsilon, delta, rho, alpha, marginal_trick, public, conversion,
-            mesh, noise: as for `jaxdp.mwem`.
         max_steps: T_max, projection steps per round (paper: 25).
         tolerance: gamma, stop projecting once every measured error is at most this (paper: 0).
 

@@ -79,9 +79,9 @@ def privbayes(
 
     Raises:
         ValueError: bad arguments, fewer than 2 attributes, or a bound admitting more families
-        than `jaxdp.selection.privbayes.MAX_CANDIDATES` (give degree); DataError: numeric
-        columns, empty data, or a workload over another domain. ImportError: `mbi` is not
-        installed (pip install "jaxdp-synth[pgm]").
+            than `jaxdp.selection.privbayes.MAX_CANDIDATES` (give degree).
+        DataError: numeric columns, empty data, or a workload over another domain.
+        ImportError: `mbi` is not installed (pip install "jaxdp-synth[pgm]").
 
     Privacy:
         See `jaxdp.selection.PrivBayesSelection`: rho-zCDP by a plan fixed before the run,

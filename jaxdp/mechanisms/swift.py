@@ -99,6 +99,6 @@ register(
         relations=AIM_RELATIONS,
         mesh=True,
         compression=DEFAULT_COMPRESSION,
-        conversion="gdp",  # bench/README.md, "Tighter accountants": mean L1 lower on 3 of 4, equal on 1
+        conversion="gdp",  # bench/HISTORY.md, "Tighter accountants": mean L1 lower on 3 of 4, equal on 1
     ),
 )

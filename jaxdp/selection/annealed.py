@@ -531,13 +531,13 @@ PAPER_ALPHA = 0.9
 FEW_MARGINALS_ALPHA = 0.95
 # AIM's round 0 measures each 1-way count with noise at most 1/ONE_WAY_RESOLUTION of the records
 # (`AIMSelection.resolution`), spending at most alpha / FEWEST_ROUNDS of the budget on it
-# (T' >= FEWEST_ROUNDS d1); both measured in bench/README.md, "Small tables"
+# (T' >= FEWEST_ROUNDS d1); both measured in bench/HISTORY.md, "Small tables"
 ONE_WAY_RESOLUTION = 150.0
 FEWEST_ROUNDS = 2.0
 # ... and only where some noisy count of a WIDE attribute (the compression's `min_values`) is below
 # AT_RISK sigmas, MST's merge threshold: a value the noise could merge or lose. Narrow attributes
 # are not merged, and their rare values gain less from the top-up than the paper's many rounds
-# give (16 binary attributes of 50,000 records at epsilon 0.1: bench/README.md, "Small tables")
+# give (16 binary attributes of 50,000 records at epsilon 0.1: bench/HISTORY.md, "Small tables")
 AT_RISK = 3.0
 WIDE = 20
 
@@ -558,7 +558,7 @@ def default_alpha(marginals: int, rounds: int) -> float:
     Where T rounds could measure every workload marginal, the selections mostly decide the order
     in which they are measured rather than which are, and budget moved from selecting to measuring
     buys more: 0.95. Where the workload has more marginals than rounds, which ones are measured
-    matters, and the paper's 0.9 measured better. At epsilon 1 (bench/README.md, "AIM's
+    matters, and the paper's 0.9 measured better. At epsilon 1 (bench/HISTORY.md, "AIM's
     measurement share"): 6-attribute ADULT (20 marginals, T = 96) mean L1 0.1305 against 0.1333
     over 5 seeds, raw Adult (91 marginals, T = 240) mixed error 0.0052 against 0.0063 over 3,
     and binary16 (560 marginals, T = 256) 0.0063 at 0.95 against 0.0059 at 0.9 over 3.
@@ -629,7 +629,7 @@ class AIMSelection(HostRule):
 
         Raises:
             ValueError: alpha outside (0, 1), or rounds below the workload's attribute count (or
-            below 2).
+                below 2).
         """
         del rho_budget  # AIM calibrates its rounds in `start`
         d = len(workload.sizes)

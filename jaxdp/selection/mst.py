@@ -72,7 +72,7 @@ class MSTSelection(FixedPlanRule):
 
         Raises:
             ValueError: rounds given (MST's are fixed: one per attribute), or fewer than 2
-            attributes (no tree to select).
+                attributes (no tree to select).
         """
         del rho_budget  # the shares are fixed: `start`, `round_parameters`
         d = len(workload.sizes)

@@ -126,7 +126,7 @@ class PrivBayesSelection(FixedPlanRule):
 
         Raises:
             ValueError: bad settings, rounds other than one per attribute, fewer than 2
-            attributes, add-remove, or more than MAX_CANDIDATES families within the bound.
+                attributes, add-remove, or more than MAX_CANDIDATES families within the bound.
         """
         if relation is not Neighboring.REPLACE_ONE:
             raise ValueError(

@@ -150,7 +150,7 @@ def test_the_tighter_accountant_states_the_plan():
 
 def test_the_calibration_spends_the_budget_and_no_more():
     """Independent's plan on 14 moved cells at (1, 1e-9): the PLD lets rho grow by about 10%
-    (bench/README.md, "PLD accounting"); the scaled plan spends at most epsilon 1 by its PLD, and
+    (bench/HISTORY.md, "PLD accounting"); the scaled plan spends at most epsilon 1 by its PLD, and
     one more step of the tolerance would not."""
     rho = accounting.rho_from_epsilon_delta(1.0, 1e-9)
     charges = (_dg(accounting.gaussian_sigma(math.sqrt(14), rho), 14),)

@@ -1,0 +1,424 @@
+"""The benchmark pages of the documentation site, generated from the records in bench/results.
+
+    python bench/pages.py            # writes docs/bench/*.md and their plots
+    python bench/pages.py --check    # exit 1 if a page differs from what the records give
+
+Each page holds one current table per benchmark: for every case (a mechanism on a table, a
+library's mechanism, a command's variant) the latest record of that case, with the commit that
+produced it, the command that reruns it and the machine it ran on. The history stays in the
+records (every run is a JSON line) and in CHANGELOG.md. `tests/test_bench_pages.py` runs the
+check, so a page cannot drift from its records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PAGES = ROOT / "docs" / "bench"
+RUN_PREFIX = "PYTHONPATH=. "  # the scripts import `_common` and jaxdp from the repository root
+
+
+def records(name: str) -> list[dict]:
+    with (RESULTS / name).open() as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def latest(rows: Iterable[dict], case: Callable[[dict], tuple]) -> dict[tuple, dict]:
+    """The last record of each case, in the order the cases first appear (records are appended
+    as they run, so the last is the current one)."""
+    current: dict[tuple, dict] = {}
+    for row in rows:
+        current.pop(case(row), None)
+        current[case(row)] = row
+    return current
+
+
+def commit(row: dict) -> str:
+    return str(row.get("code_commit") or row.get("commit") or "?")
+
+
+def machine(row: dict) -> str:
+    device = row.get("device") or row.get("env", {}).get("device", "?")
+    return f"{row.get('host_cpu', '?')}, {row.get('host_cores', '?')} cores, {device}"
+
+
+def plain(text: str) -> str:
+    """Text of a record as a reader of the site should see it: no tracker references."""
+    return re.sub(r",?\s*\(?issues? #\d+\)?", "", text).strip()
+
+
+def number(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+@dataclass
+class Section:
+    """One benchmark's current table: its title, what it measured, how to rerun it, the table
+    and, where a figure reads better than the numbers, a bar plot of (label, value) pairs."""
+
+    title: str
+    about: str
+    command: str
+    header: list[str]
+    body: list[list[str]]
+    machines: set[str]
+    plot: tuple[str, list[tuple[str, float]]] | None = None
+
+    def markdown(self, figure: str | None) -> str:
+        parts = [
+            f"## {self.title}",
+            self.about,
+            f"Rerun: `{RUN_PREFIX if self.command.startswith('python') else ''}{self.command}`",
+            table(self.header, self.body),
+        ]
+        parts.append("Machine: " + "; ".join(sorted(self.machines)) + ".")
+        if figure:
+            parts.append(f"![{self.title}]({figure})")
+        return "\n\n".join(parts)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def presets_on_adult() -> Section:
+    current = latest(records("presets_adult.jsonl"), lambda r: (r["mechanism"],))
+    body, bars, machines = [], [], set()
+    for (mechanism,), row in sorted(
+        current.items(), key=lambda kv: _median([s["mean_l1"] for s in kv[1]["seeds"]])
+    ):
+        seeds = row["seeds"]
+        l1 = _median([s["mean_l1"] for s in seeds])
+        body.append(
+            [
+                f"`{mechanism}`",
+                str(len(seeds)),
+                number(l1),
+                number(_median([s["max_abs"] for s in seeds])),
+                number(_median([s["seconds"] for s in seeds]), 3),
+                commit(row),
+            ]
+        )
+        bars.append((mechanism, l1))
+        machines.add(machine(row))
+    return Section(
+        "Every preset on ADULT",
+        "Each mechanism at its defaults on the bundled ADULT table (48,842 records, 13 attributes),"
+        " scored on all 3-way marginals at epsilon 1, delta 1e-9: the median over seeds of the mean"
+        " L1 error per marginal and of the largest error of one cell; seconds are one release's.",
+        "python bench/bench_presets.py --table adult",
+        ["mechanism", "seeds", "mean L1", "max abs", "seconds", "commit"],
+        body,
+        machines,
+        ("mean L1 over all 3-way marginals (lower is better)", bars),
+    )
+
+
+def accuracy_floors() -> Section:
+    current = latest(records("accuracy_floors.jsonl"), lambda r: (r["mechanism"],))
+    body, machines = [], set()
+    for (mechanism,), row in sorted(current.items(), key=lambda kv: kv[1]["mean"]):
+        body.append(
+            [
+                f"`{mechanism}`",
+                str(len(row["errors"])),
+                number(row["mean"]),
+                number(row["sd"], 2),
+                number(row["ceiling"]),
+                commit(row),
+            ]
+        )
+        machines.add(machine(row))
+    return Section(
+        "Accuracy floors",
+        "The mean L1 error on ADULT-reduced (all 3-way marginals, epsilon 1) over five seeds, and the"
+        " ceiling the full test tier holds each mechanism to (tests/mechanisms/test_accuracy_floors.py):"
+        " a change that makes a mechanism worse than its ceiling fails the tests.",
+        "python bench/bench_accuracy_floors.py",
+        ["mechanism", "seeds", "mean L1", "sd", "ceiling", "commit"],
+        body,
+        machines,
+    )
+
+
+def _side_by_side(name: str, tables: Callable[[dict], str]) -> tuple[dict, set[str]]:
+    """{table: {(library, mechanism): [current rows, one per seed]}} of a side-by-side record."""
+    current = latest(
+        (r for r in records(name) if r.get("ok")),
+        lambda r: (tables(r), r["library"], r["mechanism"], r["seed"]),
+    )
+    grouped: dict[str, dict[tuple[str, str], list[dict]]] = {}
+    machines = set()
+    for (table_name, library, mechanism, _), row in current.items():
+        grouped.setdefault(table_name, {}).setdefault((library, mechanism), []).append(row)
+        machines.add(machine(row))
+    return grouped, machines
+
+
+def _peer_rows(runs: dict[tuple[str, str], list[dict]]) -> list[list[str]]:
+    def mean(rows, key):
+        return statistics.fmean(r[key] for r in rows)
+
+    body = []
+    for (library, mechanism), rows in sorted(runs.items(), key=lambda kv: mean(kv[1], "mean_l1")):
+        body.append(
+            [
+                library,
+                f"`{mechanism}`",
+                str(len(rows)),
+                number(mean(rows, "mean_l1")),
+                number(mean(rows, "max_abs")),
+                number(_median([r["wall_s"] for r in rows]), 3),
+                ", ".join(sorted({commit(r) for r in rows})),
+            ]
+        )
+    return body
+
+
+PEER_HEADER = ["library", "mechanism", "seeds", "mean L1", "max abs", "process s", "bench commit"]
+
+
+def against_dpsynth() -> list[Section]:
+    grouped, machines = _side_by_side("dpsynth.jsonl", lambda r: r["table"])
+    sections = []
+    for table_name, runs in grouped.items():
+        sizes = next(iter(runs.values()))[0]["sizes"]
+        best = sorted(runs.items(), key=lambda kv: statistics.fmean(r["mean_l1"] for r in kv[1]))
+        sections.append(
+            Section(
+                f"Against DPSynth: {table_name}",
+                f"{sizes['records']:,} records, {sizes['attributes']} attributes, {sizes['marginals']}"
+                " workload marginals; epsilon 1, delta 1e-9, add-remove. Each library's process run"
+                " end to end on the same table and workload, in the same run; the mean over seeds of"
+                " the mean L1 error per marginal and of the largest cell error.",
+                f"python bench/bench_dpsynth.py --tables {table_name}",
+                PEER_HEADER,
+                _peer_rows(runs),
+                machines,
+                (
+                    f"{table_name}: mean L1 (lower is better)",
+                    [
+                        (f"{lib} {mech}", statistics.fmean(r["mean_l1"] for r in rows))
+                        for (lib, mech), rows in best
+                    ],
+                ),
+            )
+        )
+    return sections
+
+
+def against_peers_on_adult6() -> Section:
+    grouped, machines = _side_by_side("peers_e2e_adult6.jsonl", lambda r: "adult6")
+    runs = grouped["adult6"]
+    return Section(
+        "Against SmartNoise and dpmm: ADULT, six attributes",
+        "ADULT's age, education-num, marital-status, occupation, sex and income (48,842 records),"
+        " the 20 marginals of up to 3 of them; epsilon 1, delta 1e-9. Every library's command run"
+        " end to end, side by side, in one run.",
+        "python bench/peers.py --seeds 0 1 2 3 4",
+        PEER_HEADER,
+        _peer_rows(runs),
+        machines,
+        (
+            "adult6: mean L1 (lower is better)",
+            [
+                (f"{lib} {mech}", statistics.fmean(r["mean_l1"] for r in rows))
+                for (lib, mech), rows in sorted(
+                    runs.items(), key=lambda kv: statistics.fmean(r["mean_l1"] for r in kv[1])
+                )
+            ],
+        ),
+    )
+
+
+def accountants() -> Section:
+    def case(r):
+        return (r["sizes"]["table"], r["mechanism"], r["epsilon"], r["delta"], r["conversion"], r["seed"])
+
+    grouped: dict[tuple, list[dict]] = {}
+    machines = set()
+    for key, row in latest(records("pld.jsonl"), case).items():
+        grouped.setdefault(key[:-1], []).append(row)
+        machines.add(machine(row))
+    body = []
+    for (table_name, mechanism, epsilon, delta, conversion), rows in sorted(grouped.items()):
+        body.append(
+            [
+                table_name,
+                f"`{mechanism}`",
+                f"{epsilon:g}, {delta:g}",
+                conversion,
+                str(len(rows)),
+                number(statistics.fmean(r["mean_l1"] for r in rows)),
+                number(statistics.fmean(r["epsilon_zcdp"] for r in rows), 4),
+                ", ".join(sorted({commit(r) for r in rows})),
+            ]
+        )
+    return Section(
+        "Accountants: what a tighter conversion buys",
+        "The same mechanism at the same (epsilon, delta) calibrated by each accountant it supports"
+        " (all 3-way marginals): the mean L1 error over seeds, and the epsilon the plain zCDP"
+        " conversion would state for what was spent (above the target where the tighter accountant"
+        " let the mechanism spend more).",
+        "python bench/bench_pld.py",
+        ["table", "mechanism", "epsilon, delta", "conversion", "seeds", "mean L1", "zCDP epsilon", "commit"],
+        body,
+        machines,
+    )
+
+
+def whole_processes() -> Section:
+    rows = [r for r in records("latency.jsonl") if r.get("code") == "this"]
+    current = latest(rows, lambda r: (r["kernel"], r["variant"]))
+    body, machines = [], set()
+    for (_, variant), row in current.items():
+        body.append(
+            [
+                f"`{row['sizes']['argv'].split(' --out')[0]}`",
+                variant,
+                number(row["wall_s"]["median"], 3),
+                number(row["cpu_s"]["median"], 3),
+                str(row["repeats"]),
+                number(row["load_avg_before"], 2),
+                commit(row),
+            ]
+        )
+        machines.add(machine(row))
+    return Section(
+        "Whole command-line processes",
+        "`python -m jaxdp ...` from start to exit (import, read, compile, run, write), the median of"
+        " repeats: cold with an empty compile cache, warm with the cache a first run left, no-cache"
+        " without one. The load average of the machine when it started is beside it.",
+        "python bench/bench_latency.py",
+        ["command", "variant", "wall s", "CPU s", "repeats", "load", "commit"],
+        body,
+        machines,
+    )
+
+
+def on_the_gpu() -> Section:
+    current = latest(records("gpu_h200.jsonl"), lambda r: (r["kernel"], r.get("strategy"), r.get("variant")))
+    body, machines = [], set()
+    for (kernel, strategy, variant), row in current.items():
+        seconds = row.get("median_s", row.get("seconds"))
+        if seconds is None and isinstance(row.get("wall_s"), dict):
+            seconds = row["wall_s"]["median"]
+        body.append(
+            [
+                f"`{kernel}`",
+                plain(str(row.get("mechanism") or row.get("counter") or "")),
+                plain(str(strategy or variant or "")),
+                number(seconds, 3),
+                commit(row),
+            ]
+        )
+        machines.add(machine(row))
+    return Section(
+        "On one GPU",
+        "The GPU script's cases on one NVIDIA H200: seconds are the median of repeats where the case"
+        " repeats, the whole process for the command-line cases.",
+        "bash bench/bench_gpu.sh",
+        ["case", "what", "variant", "seconds", "commit"],
+        body,
+        machines,
+    )
+
+
+PAGE_SECTIONS: dict[str, tuple[str, str, Callable[[], list[Section]]]] = {
+    "accuracy.md": (
+        "Accuracy",
+        "How close each mechanism's release comes to the real table's marginals.",
+        lambda: [presets_on_adult(), accuracy_floors(), accountants()],
+    ),
+    "peers.md": (
+        "Against other libraries",
+        "jaxdp beside other libraries' mechanisms, each run end to end in the same run on the same"
+        " machine. A figure quoted from a paper is not a result here.",
+        lambda: [*against_dpsynth(), against_peers_on_adult6()],
+    ),
+    "speed.md": (
+        "Speed",
+        "Time to a release as a user meets it: whole processes, and the accelerator's cases.",
+        lambda: [whole_processes(), on_the_gpu()],
+    ),
+}
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
+def render(write_plots: bool) -> dict[str, str]:
+    """{page file: Markdown}; with write_plots, each section's figure written beside it."""
+    pages = {}
+    for page, (title, about, build) in PAGE_SECTIONS.items():
+        parts = [
+            f"# {title}",
+            about + " Generated by `python bench/pages.py` from `bench/results/*.jsonl`; do not edit.",
+        ]
+        for section in build():
+            figure = None
+            if section.plot:
+                figure = f"{page.removesuffix('.md')}-{_slug(section.title)}.png"
+                if write_plots:
+                    _bar_plot(PAGES / figure, *section.plot)
+            parts.append(section.markdown(figure))
+        pages[page] = "\n\n".join(parts) + "\n"
+    return pages
+
+
+def _bar_plot(path: Path, label: str, bars: list[tuple[str, float]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(bars) + 1.2))
+    names = [name for name, _ in bars][::-1]
+    ax.barh(names, [value for _, value in bars][::-1], color="#3b6ea5")
+    if max(value for _, value in bars) > 20 * min(value for _, value in bars):
+        ax.set_xscale("log")  # one baseline far behind the rest would flatten every other bar
+    ax.set_xlabel(label)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare the pages with the records")
+    args = parser.parse_args(argv)
+    pages = render(write_plots=not args.check)
+    stale = [
+        name
+        for name, text in pages.items()
+        if not (PAGES / name).exists() or (PAGES / name).read_text() != text
+    ]
+    if args.check:
+        for name in stale:
+            print(f"docs/bench/{name} differs from bench/results: run python bench/pages.py", file=sys.stderr)
+        return 1 if stale else 0
+    PAGES.mkdir(parents=True, exist_ok=True)
+    for name, text in pages.items():
+        (PAGES / name).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
