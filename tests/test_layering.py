@@ -232,7 +232,8 @@ def test_accounting_never_imports_jax():
 def test_families_never_touch_noise_or_accounting():
     for path in _modules("families"):
         imported = imported_modules(module_name(path), path.read_text(), path.name == "__init__.py")
-        assert not imported & {"jaxdp.noise", "jaxdp.accounting", "jaxdp.samplers"}, path
+        forbidden = ("jaxdp.noise", "jaxdp.accounting", "jaxdp.samplers")
+        assert not {m for m in imported if m.startswith(forbidden)}, path
 
 
 def test_only_noise_unwraps_sensitive_values():

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from jax.extend.random import threefry_2x32
 
 from jaxdp import samplers
+from jaxdp.samplers import integers, laws, rejection
 
 WORD = 2**32
 PROPERTIES = settings(derandomize=True, deadline=None, max_examples=200)
@@ -47,7 +48,7 @@ def test_mul_wide_is_the_64_bit_product():
     a, b = _words(1, 5000), _words(2, 5000)
     a = np.concatenate([a, np.full(len(EDGE_WORDS), WORD - 1, np.uint32)])
     b = np.concatenate([b, np.array(EDGE_WORDS, np.uint32)])
-    high, low = (np.asarray(x) for x in samplers._mul_wide(jnp.asarray(a), jnp.asarray(b)))
+    high, low = (np.asarray(x) for x in integers._mul_wide(jnp.asarray(a), jnp.asarray(b)))
     for x, y, h, lo in zip(a.tolist(), b.tolist(), high.tolist(), low.tolist(), strict=True):
         assert (h, lo) == divmod(x * y, WORD), (x, y)
 
@@ -59,19 +60,19 @@ def test_two_word_helpers_match_python(cases):
     ah, al, bh, bl, shift = (np.array(c, np.int64) for c in zip(*cases, strict=True))
     a = [int(h) << 32 | int(lo) for h, lo in zip(ah, al, strict=True)]
     b = [int(h) << 32 | int(lo) for h, lo in zip(bh, bl, strict=True)]
-    less = np.asarray(samplers._less((_u32(ah), _u32(al)), (_u32(bh), _u32(bl))))
+    less = np.asarray(integers._less((_u32(ah), _u32(al)), (_u32(bh), _u32(bl))))
     assert less.tolist() == [x < y for x, y in zip(a, b, strict=True)]
     top, bottom = (
         [max(x, y) for x, y in zip(a, b, strict=True)],
         [min(x, y) for x, y in zip(a, b, strict=True)],
     )
-    hi, lo = samplers._subtract(
+    hi, lo = integers._subtract(
         (_u32([t >> 32 for t in top]), _u32([t & 0xFFFFFFFF for t in top])),
         (_u32([t >> 32 for t in bottom]), _u32([t & 0xFFFFFFFF for t in bottom])),
     )
     got = [int(h) << 32 | int(x) for h, x in zip(np.asarray(hi), np.asarray(lo), strict=True)]
     assert got == [t - u for t, u in zip(top, bottom, strict=True)]
-    hi, lo = samplers._shift_left((_u32(ah), _u32(al)), jnp.asarray(shift, jnp.uint32))
+    hi, lo = integers._shift_left((_u32(ah), _u32(al)), jnp.asarray(shift, jnp.uint32))
     got = [int(h) << 32 | int(x) for h, x in zip(np.asarray(hi), np.asarray(lo), strict=True)]
     assert got == [(x << int(s)) % 2**64 for x, s in zip(a, shift, strict=True)]
 
@@ -86,7 +87,7 @@ def test_below_is_lemire_and_exactly_uniform(bound):
     edge and random v (Lemire 2019, Lemma 4.1)."""
     words = _words(bound % 1000, 20_000)
     threshold = WORD % bound
-    value, ok = (np.asarray(x) for x in samplers._below(jnp.asarray(words), bound, threshold))
+    value, ok = (np.asarray(x) for x in integers._below(jnp.asarray(words), bound, threshold))
     product = words.astype(object) * bound
     assert value.tolist() == [p >> 32 for p in product]
     assert ok.tolist() == [p % WORD >= threshold for p in product]
@@ -102,12 +103,12 @@ def test_inverse_is_exactly_one_over_k():
     Bernoulli(1/k) (q of the k q accepted words) provided q >= 1 and k q <= 2^32, checked for every
     k < 2^16 and for larger k up to 2^22; and the decisions at the boundaries."""
     ks = np.concatenate([np.arange(1, 2**16), np.random.default_rng(4).integers(2**16, 2**22, 5000)])
-    q = np.asarray(samplers._inverse_quotient(jnp.asarray(ks, jnp.uint32))).astype(np.int64)
+    q = np.asarray(integers._inverse_quotient(jnp.asarray(ks, jnp.uint32))).astype(np.int64)
     assert np.all(q >= 1) and np.all(ks * q <= WORD)
     for k in (1, 2, 3, 6, 7, 100, 65535):
-        qk = int(np.asarray(samplers._inverse_quotient(jnp.asarray([k], jnp.uint32)))[0])
+        qk = int(np.asarray(integers._inverse_quotient(jnp.asarray([k], jnp.uint32)))[0])
         words = np.array([0, qk - 1, qk, qk + 1, k * qk - 1, k * qk, WORD - 1], np.int64) % WORD
-        ok, one = (np.asarray(x) for x in samplers._inverse(_u32(words), jnp.full(words.shape, k, jnp.int32)))
+        ok, one = (np.asarray(x) for x in integers._inverse(_u32(words), jnp.full(words.shape, k, jnp.int32)))
         assert ok.tolist() == [w < k * qk for w in words.tolist()]
         assert one.tolist() == [w < qk for w in words.tolist()]
 
@@ -117,8 +118,8 @@ def test_inverse_is_exactly_one_over_k():
 def test_divide_by_granlund_montgomery_magic(divisor, numerators):
     """_divide(n, _division_magic(d)) = n // d for every 32-bit n (Granlund & Montgomery 1994)."""
     numerators = [*numerators, 0, 1, divisor - 1, divisor, min(divisor + 1, WORD - 1), WORD - 1]
-    magic = tuple(jnp.uint32(v) for v in samplers._division_magic(divisor))
-    got = np.asarray(samplers._divide(_u32(numerators), magic))
+    magic = tuple(jnp.uint32(v) for v in integers._division_magic(divisor))
+    got = np.asarray(integers._divide(_u32(numerators), magic))
     assert got.tolist() == [n // divisor for n in numerators]
 
 
@@ -129,18 +130,18 @@ def test_threefry_is_jax_threefry_and_draws_use_both_halves():
     """_threefry(key, x0, x1) equals jax's threefry2x32 on the counter pairs (x0, x1); a draw of
     block c is the two halves of threefry2x32(key; (i, c)) for i = 0, 1, ..., and other key
     types go through jax.random.bits."""
-    source = samplers._consume(jax.random.key(7))
+    source = integers._consume(jax.random.key(7))
     x0 = jnp.asarray(np.arange(300, dtype=np.uint32) * 977)
     x1 = jnp.full(300, 12345, jnp.uint32)
-    mine = samplers._threefry(source, x0, x1)
+    mine = integers._threefry(source, x0, x1)
     theirs = threefry_2x32(source, jnp.concatenate([x0, x1]))
     np.testing.assert_array_equal(np.concatenate([np.asarray(m) for m in mine]), np.asarray(theirs))
-    words = np.asarray(samplers._draw(source, jnp.uint32(5), 3, 100))
-    halves = samplers._threefry(source, jnp.arange(150, dtype=jnp.uint32), jnp.full(150, 5, jnp.uint32))
+    words = np.asarray(integers._draw(source, jnp.uint32(5), 3, 100))
+    halves = integers._threefry(source, jnp.arange(150, dtype=jnp.uint32), jnp.full(150, 5, jnp.uint32))
     np.testing.assert_array_equal(words.ravel(), np.concatenate([np.asarray(h) for h in halves]))
-    assert not np.array_equal(words, np.asarray(samplers._draw(source, jnp.uint32(6), 3, 100)))
-    rbg = samplers._consume(jax.random.key(7, impl="rbg"))
-    assert samplers._draw(rbg, jnp.uint32(5), 3, 100).shape == (3, 100)
+    assert not np.array_equal(words, np.asarray(integers._draw(source, jnp.uint32(6), 3, 100)))
+    rbg = integers._consume(jax.random.key(7, impl="rbg"))
+    assert integers._draw(rbg, jnp.uint32(5), 3, 100).shape == (3, 100)
 
 
 # --- trials and the K-loop's digits -------------------------------------------------------------
@@ -168,12 +169,12 @@ def _walk_reference(digits, reached):
     """The geometric walk over four trials, as documented (status, successes)."""
     for i, d in enumerate(digits):
         if reached[i]:
-            return samplers._REACHED, i
+            return rejection._REACHED, i
         if d >= 119:
-            return samplers._PENDING_TRIAL, i
+            return rejection._PENDING_TRIAL, i
         if d >= 44:
-            return samplers._FAILED, i
-    return (samplers._REACHED if reached[4] else samplers._PENDING_NEW), 4
+            return rejection._FAILED, i
+    return (rejection._REACHED if reached[4] else rejection._PENDING_NEW), 4
 
 
 def test_geometric_walk_matches_reference():
@@ -187,7 +188,7 @@ def test_geometric_walk_matches_reference():
     words = np.minimum(words, WORD - 1)
     for first_reached in (99, 0, 2, 4):
         reached = [jnp.asarray(i >= first_reached) for i in range(5)]
-        status, g, ok = (np.asarray(x) for x in samplers._geometric(_u32(words), reached))
+        status, g, ok = (np.asarray(x) for x in rejection._geometric(_u32(words), reached))
         assert ok.tolist() == (words < 120**4 * 20).tolist()
         flags = [i >= first_reached for i in range(5)]
         for row, s, n, accepted in zip(digits.tolist(), status.tolist(), g.tolist(), ok, strict=True):
@@ -197,14 +198,14 @@ def test_geometric_walk_matches_reference():
 # --- fractions ----------------------------------------------------------------------------------
 
 
-def _dyadic(f: Fraction) -> samplers._Dyadic:
+def _dyadic(f: Fraction) -> integers._Dyadic:
     value = int(f * 2**64)
     assert Fraction(value, 2**64) == f
-    return samplers._Dyadic(_u32([value >> 32]), _u32([value & 0xFFFFFFFF]))
+    return integers._Dyadic(_u32([value >> 32]), _u32([value & 0xFFFFFFFF]))
 
 
 def _fraction_value(f, denominator: int) -> Fraction:
-    if isinstance(f, samplers._Dyadic):
+    if isinstance(f, integers._Dyadic):
         return Fraction(int(np.asarray(f.high)[0]) << 32 | int(np.asarray(f.low)[0]), 2**64)
     return Fraction(int(np.asarray(f.numerator)[0]), denominator)
 
@@ -226,7 +227,7 @@ def test_dyadic_digits_and_halves(numerator, bits):
     bit = numerator & 1
     assert _fraction_value(_dyadic(f).half(jnp.uint32(bit), None), 0) == (bit + f) / 2 or numerator % 2
     for depth in (0, 1, 7, 8, 33, 63):
-        recalled = samplers._Dyadic.recall(_dyadic(f), jnp.int32(depth), (), None)
+        recalled = integers._Dyadic.recall(_dyadic(f), jnp.int32(depth), (), None)
         assert _fraction_value(recalled, 0) == f * 2**depth - math.floor(f * 2**depth)
     assert bool(np.asarray(_dyadic(f).is_zero())[0]) == (numerator == 0)
 
@@ -239,11 +240,11 @@ def test_rational_digits_and_halves(denominator, numerator, bits):
     an integer (as it is for the rest after 8 bits and the 8th bit)."""
     a = numerator % denominator
     params = _Denominator(denominator)
-    top, rest = samplers._Rational(_u32([a])).digit(bits, params)
+    top, rest = integers._Rational(_u32([a])).digit(bits, params)
     assert int(np.asarray(top)[0]) == (a << bits) // denominator
     assert int(np.asarray(rest.numerator)[0]) == (a << bits) % denominator
-    _, rest7 = samplers._Rational(_u32([a])).digit(7, params)
-    byte, rest8 = samplers._Rational(_u32([a])).digit(8, params)
+    _, rest7 = integers._Rational(_u32([a])).digit(7, params)
+    byte, rest8 = integers._Rational(_u32([a])).digit(8, params)
     half = rest8.half(byte & 1, params)
     assert int(np.asarray(half.numerator)[0]) == int(np.asarray(rest7.numerator)[0])
 
@@ -253,7 +254,7 @@ def test_versus_truth_table():
     U >= f; u = top with more of f -> undecided."""
     u, top = jnp.asarray([1, 3, 2, 2], jnp.uint32), jnp.asarray([2, 2, 2, 2], jnp.uint32)
     exact = jnp.asarray([False, False, True, False])
-    one, zero, tie = (np.asarray(x).tolist() for x in samplers._versus(u, top, exact))
+    one, zero, tie = (np.asarray(x).tolist() for x in integers._versus(u, top, exact))
     assert one == [True, False, False, False]
     assert zero == [False, True, True, False]
     assert tie == [False, False, False, True]
@@ -331,11 +332,11 @@ class _Reference:
 
     def __init__(self, sampler):
         self.sampler = sampler
-        self.phase, self.g, self.k, self.aux = samplers.FRESH, 0, 2, None
+        self.phase, self.g, self.k, self.aux = rejection.FRESH, 0, 2, None
         self.j, self.c_known, self.rest, self.f, self.entered = 0, False, None, None, False
 
     def _inverse(self, word: int, k: int) -> tuple[bool, bool]:
-        q = int(np.asarray(samplers._inverse_quotient(jnp.asarray([k], jnp.uint32)))[0])
+        q = int(np.asarray(integers._inverse_quotient(jnp.asarray([k], jnp.uint32)))[0])
         return word < k * q, word < q
 
     def _walk(self, word: int) -> None:
@@ -347,10 +348,10 @@ class _Reference:
             digits, [self.sampler.reached(self.aux, self.g + i) for i in range(5)]
         )
         self.g += walked
-        if status == samplers._PENDING_TRIAL:
+        if status == rejection._PENDING_TRIAL:
             self.k = 6
             self.branches.add("trial past k = 5")
-        elif status == samplers._PENDING_NEW:
+        elif status == rejection._PENDING_NEW:
             self.k = 2
             self.branches.add("four successes")
         else:
@@ -361,7 +362,7 @@ class _Reference:
         self.ended, self.accepted, self.entered = not valid, False, valid
 
     def _fraction_fast(self, word: int) -> None:
-        self.phase, self.rest, self.c_known = samplers.FRACTION, self.f, True
+        self.phase, self.rest, self.c_known = rejection.FRACTION, self.f, True
         if word >= 24 * 2**23 * 21:
             self.k, self.j = 1, -2  # the loop restarts from k = 1 at the next step
             self.branches.add("loop word redrawn")
@@ -387,21 +388,21 @@ class _Reference:
                 return
 
     def _end(self, k: int) -> None:
-        self.phase, self.ended, self.accepted = samplers.FRESH, True, k % 2 == 1
+        self.phase, self.ended, self.accepted = rejection.FRESH, True, k % 2 == 1
 
     def step(self, words) -> None:
         w0, w1, w2 = (int(w) for w in words)
         self.ended, self.accepted, self.entered = False, False, False
-        if self.phase == samplers.FRESH:
+        if self.phase == rejection.FRESH:
             aux, ok = self.sampler.propose(w0)
             if not ok:
                 self.branches.add("point word redrawn")
                 return
-            self.aux, self.g, self.phase, self.k = aux, 0, samplers.LEVEL, 2
+            self.aux, self.g, self.phase, self.k = aux, 0, rejection.LEVEL, 2
             self._walk(w1)
-        elif self.phase == samplers.LEVEL and self.k == 2:
+        elif self.phase == rejection.LEVEL and self.k == 2:
             self._walk(w1)
-        elif self.phase == samplers.LEVEL:
+        elif self.phase == rejection.LEVEL:
             ok, one = self._inverse(w0, self.k)
             self.branches.add("trial step")
             if ok and one:
@@ -409,15 +410,15 @@ class _Reference:
             elif ok and self.k % 2 == 1:
                 self.g, self.k = self.g + 1, 2
                 if self.sampler.reached(self.aux, self.g):
-                    self._place(samplers._REACHED)
+                    self._place(rejection._REACHED)
             elif ok:
-                self._place(samplers._FAILED)
-        elif self.phase == samplers.FRACTION:
+                self._place(rejection._FAILED)
+        elif self.phase == rejection.FRACTION:
             self._fraction_step(w0, w1)
         if self.entered:
             self._fraction_fast(w2)
         if self.ended:
-            self.phase = samplers.FRESH
+            self.phase = rejection.FRESH
 
     def _fraction_step(self, w0: int, w1: int) -> None:
         k, j = self.k, self.j
@@ -477,7 +478,7 @@ class _GaussianReference:
     def place(self, z, status, g):
         y, inside = self.point(z, g)
         exponent = Fraction(self.lattice.m * y * y, 2**self.lattice.s)
-        valid = status == samplers._FAILED and inside and g <= exponent < g + 1
+        valid = status == rejection._FAILED and inside and g <= exponent < g + 1
         return valid, exponent - g
 
 
@@ -496,7 +497,7 @@ class _LaplaceReference:
         u, negative = v >> 1, v & 1
         x = g * self.t + u
         valid = (
-            status == samplers._FAILED and x <= samplers.LAPLACE_CAP and not (negative and x // self.s == 0)
+            status == rejection._FAILED and x <= samplers.LAPLACE_CAP and not (negative and x // self.s == 0)
         )
         return valid, Fraction(u, self.t)
 
@@ -512,7 +513,7 @@ class _ExponentReference:
         return (g + 1) * self.denominator > self.numerator
 
     def place(self, aux, status, g):
-        return status == samplers._REACHED, Fraction(self.numerator - g * self.denominator, self.denominator)
+        return status == rejection._REACHED, Fraction(self.numerator - g * self.denominator, self.denominator)
 
 
 def _forced_words(rng, refs) -> np.ndarray:
@@ -520,12 +521,12 @@ def _forced_words(rng, refs) -> np.ndarray:
     words = rng.integers(0, WORD, (3, len(refs)), dtype=np.uint64)
     for i, ref in enumerate(refs):
         roll = rng.random()
-        if ref.phase in (samplers.FRESH, samplers.LEVEL) and roll < 0.5:
+        if ref.phase in (rejection.FRESH, rejection.LEVEL) and roll < 0.5:
             digits = rng.choice([0, 43, 44, 119, 7], size=4, p=[0.35, 0.2, 0.1, 0.25, 0.1])
             words[1, i] = (
                 sum(int(d) * 120**k for k, d in enumerate(digits)) + int(rng.integers(0, 21)) * 120**4
             )
-        if ref.phase == samplers.FRACTION and roll < 0.6 and ref.rest is not None:
+        if ref.phase == rejection.FRACTION and roll < 0.6 and ref.rest is not None:
             words[1, i] = (int(words[1, i]) & ~0xFF) | min(math.floor(ref.rest * 256), 255)  # a tie
         if roll > 0.7:
             words[2, i] = (int(words[2, i]) // 24) * 24 + 23  # J >= 5
@@ -563,13 +564,13 @@ def _run_machine(sampler, params, refs, steps: int, seed: int) -> int:
     """Step `sampler` and the references on the same words; returns attempts ended."""
     rng = np.random.default_rng(seed)
     size = len(refs)
-    if isinstance(sampler, samplers._Exponent):
+    if isinstance(sampler, laws._Exponent):
         numerators = [ref.sampler.numerator for ref in refs]
         aux = (_u32([v >> 32 for v in numerators]), _u32([v & 0xFFFFFFFF for v in numerators]))
     else:
         aux = sampler.empty_aux(size)
-    slots = samplers._slots(size, aux, sampler.stored(size))
-    step = jax.jit(lambda s, w: samplers._step(sampler, params, s, w))
+    slots = rejection._slots(size, aux, sampler.stored(size))
+    step = jax.jit(lambda s, w: rejection._step(sampler, params, s, w))
     ended = 0
     for _ in range(steps):
         words = _force_fraction_ties(rng, refs, _forced_words(rng, refs))
@@ -584,9 +585,9 @@ def _run_machine(sampler, params, refs, steps: int, seed: int) -> int:
             if ref.ended:
                 ended += 1
                 continue
-            if ref.phase == samplers.LEVEL:
+            if ref.phase == rejection.LEVEL:
                 assert (got["k"], int(levels[i])) == (ref.k, ref.g), i
-            if ref.phase == samplers.FRACTION:
+            if ref.phase == rejection.FRACTION:
                 assert (got["k"], got["j"], got["c_known"], int(levels[i])) == (
                     ref.k,
                     ref.j,
@@ -633,7 +634,7 @@ def test_gaussian_slots_match_the_reference():
             threshold=jnp.uint32(WORD % window),
         )
         refs = [_Reference(_GaussianReference(lattice)) for _ in range(64)]
-        assert _run_machine(samplers._Gaussian(), params, refs, 120, seed) > 1500
+        assert _run_machine(laws._Gaussian(), params, refs, 120, seed) > 1500
     assert _Reference.branches == _BRANCHES, _BRANCHES - _Reference.branches
 
 
@@ -641,17 +642,17 @@ def test_gaussian_slots_match_the_reference():
 def test_laplace_slots_match_the_reference(t, s):
     """`_step` for the discrete Laplace (rational t = 3, dyadic t = 2^12, t = 1) equals the scalar
     reference on 120 steps of 64 slots."""
-    denominator, shift, dyadic = samplers._denominator(t)
-    params = samplers._LaplaceParams(
+    denominator, shift, dyadic = integers._denominator(t)
+    params = laws._LaplaceParams(
         denominator=denominator,
         shift=shift,
         window=jnp.uint32(2 * t),
         threshold=jnp.uint32(WORD % (2 * t)),
         last_level=jnp.int32(samplers.LAPLACE_CAP // t),
-        magic=tuple(jnp.uint32(v) for v in samplers._division_magic(s)),
+        magic=tuple(jnp.uint32(v) for v in integers._division_magic(s)),
     )
     refs = [_Reference(_LaplaceReference(t, s)) for _ in range(64)]
-    assert _run_machine(samplers._Laplace(dyadic), params, refs, 120, t) > 1500
+    assert _run_machine(laws._Laplace(dyadic), params, refs, 120, t) > 1500
 
 
 @pytest.mark.parametrize("denominator", [7, 2**12, 2**31 + 1])
@@ -660,7 +661,7 @@ def test_exponent_slots_match_the_reference(denominator):
     numerators above 2^32 included) equals the scalar reference on 60 steps of 64 slots."""
     rng = np.random.default_rng(denominator % 1000)
     numerators = [0, *(int(v) for v in rng.integers(0, 9 * denominator, 62)), 9 * denominator + 1]
-    d, shift, dyadic = samplers._denominator(denominator)
-    params = samplers._ExponentParams(denominator=d, shift=shift)
+    d, shift, dyadic = integers._denominator(denominator)
+    params = laws._ExponentParams(denominator=d, shift=shift)
     refs = [_Reference(_ExponentReference(v, denominator)) for v in numerators]
-    assert _run_machine(samplers._Exponent(dyadic), params, refs, 60, denominator % 97) > 600
+    assert _run_machine(laws._Exponent(dyadic), params, refs, 60, denominator % 97) > 600
