@@ -3,7 +3,7 @@
 For each seed, AIM runs with `refit=None` (its last fit warm-started and converged); then the
 same measurements are fitted again by the refit's own `pgm.refit` (from the model of the 1-way
 measurements alone) and stopped at each level of
-`pgm.residual_ratio` (the loss over the noise's own: 1 is where the true counts would sit), and
+`pgm_marginals.residual_ratio` (the loss over the noise's own: 1 is where the true counts would sit), and
 the model's mean L1 on the workload (`jaxdp.evaluate`, the fitted distribution's answers, no
 records) is recorded beside the converged one's. This is the evidence for `jaxdp.families.Refit`
 (bench/README.md, "AIM's last fit"). Epsilon 1, delta 1e-9, all 3-way marginals.
@@ -26,7 +26,7 @@ from bench_aim import binary16, load_adult
 
 import jaxdp
 from jaxdp import evaluate, loop
-from jaxdp.families import pgm
+from jaxdp.families import pgm, pgm_marginals
 from jaxdp.queries import all_kway
 from jaxdp.tables import TableSchema, read_table
 
@@ -68,7 +68,7 @@ def stopped_levels(mech, state, truth: np.ndarray, levels) -> dict:
         answers = mech.answers(state._replace(model=model._replace(fitted=fitted)))
         return evaluate.answer_errors(truth, np.asarray(answers), mech.workload)["mean_l1"]
 
-    converged = pgm.residual_ratio(pgm.ModelMarginals(model.fitted), model.measurements)
+    converged = pgm_marginals.residual_ratio(pgm_marginals.ModelMarginals(model.fitted), model.measurements)
     converged_mean_l1 = mean_l1(model.fitted)
     stopped = {}
     for level in levels:

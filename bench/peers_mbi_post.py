@@ -11,7 +11,7 @@ post-processed two ways, and both are scored against the real table:
 - jaxdp: the model AIM itself fitted (warm-started mirror descent over its rounds, early stop
   tol 1e-2, mbi's algorithm in jaxdp's one compiled program, `families._junction`), its workload
   marginals from the junction-tree beliefs in
-  host NumPy (`families.pgm.ModelMarginals`), its synthetic records from `jaxdp.release` (keyed
+  host NumPy (`families.pgm_marginals.ModelMarginals`), its synthetic records from `jaxdp.release` (keyed
   sampling, one compiled program). For a like-for-like estimator timing, jaxdp's estimator call
   (`families.pgm.estimate`, the same tol) is also run from scratch on the final measurements.
 - mbi: plain `mbi.estimation.MirrorDescent().estimate` from scratch on the same measurements
@@ -47,7 +47,7 @@ from bench_aim import SIX, load_adult
 import jaxdp
 from jaxdp import evaluate
 from jaxdp.domain import Dataset
-from jaxdp.families import pgm
+from jaxdp.families import pgm, pgm_marginals
 from jaxdp.queries import all_kway
 
 EPSILON, DELTA = 1.0, 1e-9
@@ -79,7 +79,7 @@ def run_jaxdp(data: Dataset, workload, seed: int, fractions: np.ndarray) -> tupl
     n = len(data)
     cliques = workload.cliques
     counts, marg_first, marg_warm = first_and_warm(
-        lambda: pgm.ModelMarginals(state.model.fitted).counts(cliques)
+        lambda: pgm_marginals.ModelMarginals(state.model.fitted).counts(cliques)
     )
     codes, synth_first, synth_warm = first_and_warm(lambda: jaxdp.release(mech, state, key, rows=n))
     refit, fit_first, fit_warm = first_and_warm(
@@ -91,7 +91,7 @@ def run_jaxdp(data: Dataset, workload, seed: int, fractions: np.ndarray) -> tupl
             tol=mech.family.tol,
         )
     )
-    refit_counts = pgm.ModelMarginals(refit).counts(cliques)
+    refit_counts = pgm_marginals.ModelMarginals(refit).counts(cliques)
     row = {
         "aim_run_s": aim_s,
         "rounds": int(state.rounds_done),

@@ -21,9 +21,9 @@ import numpy as np
 
 from jaxdp import noise as noise_module
 from jaxdp.accounting import MEASURE_PRIMITIVE, PlannedCharge
+from jaxdp.families._sampling import padded_length
 from jaxdp.families.base import Measured
 from jaxdp.families.histogram import MarginalPadding
-from jaxdp.families.pgm import padded_length
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import (
     MARGINALS,

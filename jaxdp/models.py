@@ -19,7 +19,7 @@ spends nothing, and the report states the model's budget once, whatever is sampl
 rows). A `where` condition (`jaxdp.conditions`) is met exactly where the family allows it:
 
 - graphical models (AIM, MST, PrivBayes): the evidence is clamped in the junction tree
-  (`pgm.conditioned`), and the rest of each record is sampled from the model's conditional by the
+  (`pgm_marginals.conditioned`), and the rest of each record is sampled from the model's conditional by the
   release's own sampler (merged values of a compressed attribute spread in proportion to their
   share under the condition; a numeric range drawn within its bins' part of the range);
 - histograms (MWEM, PEP, PMW-Pub, PEP-Pub): the output distribution restricted to the points

@@ -14,7 +14,7 @@ import pytest
 import jaxdp
 from jaxdp import _serial, api
 from jaxdp.conditions import condition
-from jaxdp.families import pgm
+from jaxdp.families import pgm, pgm_marginals
 from jaxdp.queries import all_kway
 from tests._needles import found_in, marginal, needles
 
@@ -151,7 +151,7 @@ def _brute_joint(model: pgm.Model) -> np.ndarray:
 
 
 def test_a_graphical_model_conditions_exactly():
-    """`pgm.conditioned` against brute force over a small domain: the conditional's every
+    """`pgm_marginals.conditioned` against brute force over a small domain: the conditional's every
     marginal is the joint times the evidence weights, normalised (zeros and a fraction among
     them, an attribute in no clique too), and the evidence's probability is their sum."""
     rng = np.random.default_rng(3)
@@ -159,16 +159,16 @@ def test_a_graphical_model_conditions_exactly():
     cliques = ((0, 1), (1, 2))  # attribute 3 is in no clique
     model = pgm.Model(sizes, cliques, tuple(rng.normal(size=[sizes[a] for a in c]) for c in cliques), 100.0)
     weights = {1: np.array([1.0, 0.0, 0.5, 1.0]), 3: np.array([0.0, 1.0, 1.0, 0.0, 0.0])}
-    conditioned, probability = pgm.conditioned(model, weights)
+    conditioned, probability = pgm_marginals.conditioned(model, weights)
     joint = _brute_joint(model)
     weighted = joint * weights[1].reshape(1, 4, 1, 1) * weights[3].reshape(1, 1, 1, 5)
     assert probability == pytest.approx(weighted.sum(), rel=1e-9)
-    marginals = pgm.ModelMarginals(conditioned)
+    marginals = pgm_marginals.ModelMarginals(conditioned)
     for clique in itertools.chain.from_iterable(itertools.combinations(range(4), k) for k in (1, 2)):
         drop = tuple(a for a in range(4) if a not in clique)
         expected = (weighted / weighted.sum()).sum(axis=drop).reshape(-1)
         np.testing.assert_allclose(marginals.marginal(clique), expected, atol=1e-12)
-    _, none = pgm.conditioned(model, {1: np.zeros(4)})
+    _, none = pgm_marginals.conditioned(model, {1: np.zeros(4)})
     assert none == 0.0
 
 

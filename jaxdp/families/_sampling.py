@@ -1,5 +1,5 @@
 """Systematic sampling of categories within groups of records: the low-variance release step
-every family releases records by. Private-PGM's ancestral sampler (`pgm.sample`), the spreading
+every family releases records by. Private-PGM's ancestral sampler (`pgm_sampling.sample`), the spreading
 of a compressed domain's merged cells back over their values (`compression`), the mixtures of
 product distributions of the relaxed rows and generators (`mixture_rows`: RAP, GEM, RAP++,
 AIM-GEM, and Independent's single product) and the histograms and multisets (`support_rows`:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from jaxdp import _checks
-from jaxdp.families import pgm
+from jaxdp.families import pgm, pgm_marginals, pgm_sampling
 from jaxdp.families.base import ClassShape, Family, Measured, single_class
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import MARGINALS, Array, Key, Neighboring, pytree_dataclass, static_field
@@ -49,7 +49,7 @@ def host_measurements(measured: Measured, workload: MarginalWorkload) -> tuple[p
 class Refit:
     """The last fit's guard against fitting the noise: where the converged fit follows the
     measurements closer than `below` times the true counts would (its loss over the noise's
-    own, `pgm.residual_ratio`), it is redone from the model of the 1-way measurements alone
+    own, `pgm_marginals.residual_ratio`), it is redone from the model of the 1-way measurements alone
     (`pgm.one_way_model`: every attribute's noisy counts, the attributes independent) and
     stopped once its loss is `margin` (of the noise's loss) above the converged one. Mirror
     descent from that start, stopped early, keeps what the measurements leave to noise close to
@@ -152,7 +152,7 @@ class GraphicalModel(Family):
             tol=self.tol,
         )
         if last and self.refit is not None:
-            converged = pgm.residual_ratio(_marginals_of(fitted), model.measurements)
+            converged = pgm_marginals.residual_ratio(_marginals_of(fitted), model.measurements)
             if converged < self.refit.below:
                 fitted = pgm.refit(
                     self.workload.sizes,
@@ -213,21 +213,21 @@ class GraphicalModel(Family):
     def conditioned(
         self, model: GraphicalState, weights: dict[int, np.ndarray]
     ) -> tuple[GraphicalState, float]:
-        """The fitted model with the evidence clamped in its junction tree (`pgm.conditioned`)."""
-        fitted, probability = pgm.conditioned(model.fitted, weights)
+        """The fitted model with the evidence clamped in its junction tree (`pgm_marginals.conditioned`)."""
+        fitted, probability = pgm_marginals.conditioned(model.fitted, weights)
         return model._replace(fitted=fitted), probability
 
     def release(self, model: GraphicalState, key: Key, rows: int) -> Array:
         plan = _marginals_of(model.fitted).sampling_plan()
-        return pgm.sample(key, plan, self.workload.sizes, rows, tracked=self.workload.cliques)
+        return pgm_sampling.sample(key, plan, self.workload.sizes, rows, tracked=self.workload.cliques)
 
 
 _last_marginals: list = [None, None]
 
 
-def _marginals_of(model: Any) -> pgm.ModelMarginals:
+def _marginals_of(model: Any) -> pgm_marginals.ModelMarginals:
     """The model's exact marginals, reused while the same model object is asked again (each
     fitted model is scored in the next round after the annealing check of this one)."""
     if _last_marginals[0] is not model:
-        _last_marginals[:] = [model, pgm.ModelMarginals(model)]
+        _last_marginals[:] = [model, pgm_marginals.ModelMarginals(model)]
     return _last_marginals[1]

@@ -22,7 +22,7 @@ n at epsilon 1, and AIM fell behind Independent at epsilon 0.1), domain compress
 model size and the error bounds count, so `compress=None, resolution=None` runs the paper's
 algorithm), exact discrete Gaussian noise and
 exponential mechanism, fits that stop early (`tol`), records released by rounding rather than
-drawn independently (`jaxdp.families.pgm.sample`), and a measurement share alpha of 0.95 rather
+drawn independently (`jaxdp.families.pgm_sampling.sample`), and a measurement share alpha of 0.95 rather
 than 0.9 where the workload has at most T marginals (`jaxdp.selection.default_alpha`; alpha=0.9
 runs the paper's). Checked against the paper's Algorithms 2-4 and Section 5 (constants, round
 0's charge, the annealing test, the final round, the size filter, the bounds): the same, with the

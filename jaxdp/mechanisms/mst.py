@@ -16,7 +16,7 @@ instead of annealing and a filter, scores without refits and a tree constraint o
 Beyond the paper: exact discrete Gaussian noise and exact exponential mechanism (the paper's code
 uses float Gaussian noise and, in later versions, permute-and-flip at the same epsilon), each
 edge measured in the round that picks it (the same mechanism: `MSTSelection`), and records
-released by rounding rather than drawn independently (`jaxdp.families.pgm.sample`).
+released by rounding rather than drawn independently (`jaxdp.families.pgm_sampling.sample`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Beyond the paper: zCDP with Gaussian measurements (the paper's Laplace noise, 2d
 counts, becomes a Gaussian of (1 - beta) rho / d each; theta-usefulness is kept with the
 Gaussian's scale), exact discrete Gaussian noise and exact exponential mechanism on integer scores
 (`PrivBayesSelection`), each family measured in the round that picks it (the same mechanism: no
-score reads a measurement), and records released by rounding (`jaxdp.families.pgm.sample`).
+score reads a measurement), and records released by rounding (`jaxdp.families.pgm_sampling.sample`).
 """
 
 from __future__ import annotations

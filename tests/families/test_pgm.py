@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdp.families import pgm
+from jaxdp.families import pgm, pgm_marginals, pgm_sampling
 from jaxdp.families._sampling import systematic, weyl_step
 from tests.conftest import programs_built
 
@@ -48,13 +48,13 @@ def _from_mbi(model) -> pgm.Model:
 def test_calibrated_beliefs_equal_the_brute_force_joint(pairs, joint, monkeypatch):
     """Every node's belief and every 3-way marginal (across nodes and trees) equal sums of the
     brute-force joint, by inference over the tree and from the materialised joint."""
-    monkeypatch.setattr(pgm, "JOINT_MAX_CELLS", 2**20 if joint else 0)
+    monkeypatch.setattr(pgm_marginals, "JOINT_MAX_CELLS", 2**20 if joint else 0)
     sizes = (3, 4, 2, 5, 3)
     rng = np.random.default_rng(0)
     measurements = [pgm.Measurement((i,), rng.random(s) * 100, 2.0) for i, s in enumerate(sizes)]
     measurements += [pgm.Measurement(c, rng.random(math.prod(sizes[a] for a in c)) * 30, 2.0) for c in pairs]
     model = pgm.estimate(sizes, measurements, total=None, iters=50)
-    marginals = pgm.ModelMarginals(model)
+    marginals = pgm_marginals.ModelMarginals(model)
     assert (marginals._joint is not None) is joint
     joint = _brute_force_joint(model)
     everything = tuple(range(len(sizes)))
@@ -93,8 +93,8 @@ def test_merged_repeats_fit_the_model_the_repeats_fit():
     raw_model = mbi.estimation.MirrorDescent().estimate(pgm.mbi_domain(sizes), linear, iters=500)
     assert merged_model.total == pytest.approx(float(raw_model.total), rel=1e-6)
     np.testing.assert_allclose(
-        pgm.ModelMarginals(merged_model).marginal((0, 1, 2)),
-        pgm.ModelMarginals(_from_mbi(raw_model)).marginal((0, 1, 2)),
+        pgm_marginals.ModelMarginals(merged_model).marginal((0, 1, 2)),
+        pgm_marginals.ModelMarginals(_from_mbi(raw_model)).marginal((0, 1, 2)),
         atol=1e-4,
     )
 
@@ -118,7 +118,7 @@ def test_padded_sampler_keeps_stratified_counts_and_real_categories():
     plan = [(0, (), np.array([[0.5, 0.25, 0.25]])), (1, (0,), joint1)]
     rows = 1003  # not a power of two: 21 padding rows
     for seed in range(3):
-        codes = np.asarray(pgm.sample(jax.random.key(seed), plan, (3, 5), rows))
+        codes = np.asarray(pgm_sampling.sample(jax.random.key(seed), plan, (3, 5), rows))
         assert codes.shape == (rows, 2) and codes[:, 0].max() < 3 and codes[:, 1].max() < 5
         np.testing.assert_array_less(
             np.abs(np.bincount(codes[:, 0], minlength=3) - rows * plan[0][2][0]), ROUNDING
@@ -133,7 +133,7 @@ def test_padded_sampler_keeps_stratified_counts_and_real_categories():
 
 def test_the_sampler_spreads_categories_over_the_attributes_drawn_before():
     """C's parent is B alone, so the model makes C independent of A given B. Records drawn by
-    `pgm.sample` keep that in their counts: within every (a, b) the count of each c is the
+    `pgm_sampling.sample` keep that in their counts: within every (a, b) the count of each c is the
     (a, b) count times p(c | b) up to 4 records, because each group's systematic points go to its
     records in a Weyl order along the records sorted by the attributes drawn before (a golden-
     ratio Weyl sequence puts every run of consecutive points within a few of its share of each
@@ -145,7 +145,7 @@ def test_the_sampler_spreads_categories_over_the_attributes_drawn_before():
     plan = [(0, (), first), (1, (0,), second), (2, (1,), third)]
     rows = 20_000
     for seed in range(5):
-        codes = np.asarray(pgm.sample(jax.random.key(seed), plan, (4, 3, 5), rows))
+        codes = np.asarray(pgm_sampling.sample(jax.random.key(seed), plan, (4, 3, 5), rows))
         counts = np.zeros((4, 3, 5))
         np.add.at(counts, tuple(codes.T), 1)
         expected = counts.sum(axis=2, keepdims=True) * third[None]
@@ -179,7 +179,7 @@ def test_tracked_marginals_keep_their_counts_across_parent_groups(shared, monkey
     holds whether the balanced columns share one padded shape or each has its own (large
     releases)."""
     if not shared:
-        monkeypatch.setattr(pgm, "_SHARED_BALANCED_WORK", 0)
+        monkeypatch.setattr(pgm_sampling, "_SHARED_BALANCED_WORK", 0)
     rng = np.random.default_rng(0)
     d = rng.dirichlet(np.ones(5), size=3)
     d[0, 2] = 0.0
@@ -202,13 +202,15 @@ def test_tracked_marginals_keep_their_counts_across_parent_groups(shared, monkey
 
     for rows, lanes in ((60_000, 1), (70_000, 2)):
         for seed in range(3):
-            codes = np.asarray(pgm.sample(jax.random.key(seed), plan, sizes, rows, tracked=((2, 3),)))
+            codes = np.asarray(
+                pgm_sampling.sample(jax.random.key(seed), plan, sizes, rows, tracked=((2, 3),))
+            )
             assert codes.shape == (rows, 4)
             assert not np.any((codes[:, 1] == 0) & (codes[:, 3] == 2))
             by_group, by_key = owed(codes)
             assert np.all(by_group > -lanes - 1e-3) and np.all(by_group < (positive - 1) * lanes + 1e-3)
             assert np.abs(by_key).max() <= lanes, (rows, seed)
-    control = np.asarray(pgm.sample(jax.random.key(0), plan, sizes, 60_000))
+    control = np.asarray(pgm_sampling.sample(jax.random.key(0), plan, sizes, 60_000))
     assert np.abs(owed(control)[1]).max() > 5.0
 
 
@@ -217,11 +219,12 @@ def test_balanced_release_replays_from_its_key():
     a program of its own (the balanced columns are compiled ahead per key type)."""
     plan = [(0, (), np.array([[0.3, 0.7]])), (1, (), np.array([[0.2, 0.3, 0.5]])), (2, (0,), np.eye(2) + 0.5)]
     draw = [
-        np.asarray(pgm.sample(jax.random.key(k), plan, (2, 3, 2), 999, tracked=((1, 2),))) for k in (4, 4, 5)
+        np.asarray(pgm_sampling.sample(jax.random.key(k), plan, (2, 3, 2), 999, tracked=((1, 2),)))
+        for k in (4, 4, 5)
     ]
     np.testing.assert_array_equal(draw[0], draw[1])
     assert not np.array_equal(draw[0], draw[2])
-    other = pgm.sample(jax.random.key(4, impl="rbg"), plan, (2, 3, 2), 999, tracked=((1, 2),))
+    other = pgm_sampling.sample(jax.random.key(4, impl="rbg"), plan, (2, 3, 2), 999, tracked=((1, 2),))
     assert np.asarray(other).shape == (999, 3)
 
 
@@ -253,7 +256,7 @@ def _mbi_fit(sizes, measurements, iters, warm_start=None):
 
 def _loss(model: pgm.Model, measurements) -> float:
     """mbi's objective: sum over measurements of ||total * marginal - y||^2 / (2 sigma^2)."""
-    marginals = pgm.ModelMarginals(model)
+    marginals = pgm_marginals.ModelMarginals(model)
     return sum(
         0.5 * np.sum((model.total * marginals.marginal(m.clique) - m.noisy) ** 2) / m.sigma**2
         for m in measurements
@@ -372,7 +375,7 @@ def test_estimate_compiles_once_whatever_the_cliques():
 def test_no_measurements_fit_the_uniform_model():
     model = pgm.estimate((3, 4), [], total=100.0, iters=10)
     assert model.cliques == () and model.total == 100.0
-    np.testing.assert_allclose(pgm.ModelMarginals(model).marginal((1,)), np.full(4, 0.25))
+    np.testing.assert_allclose(pgm_marginals.ModelMarginals(model).marginal((1,)), np.full(4, 0.25))
 
 
 def test_a_dense_fit_compiles_once_per_tree(monkeypatch):

@@ -10,7 +10,7 @@ import pytest
 
 import jaxdp
 from jaxdp import audit, loop
-from jaxdp.families import pgm
+from jaxdp.families import pgm, pgm_marginals
 from jaxdp.queries import all_kway, marginal_counts
 from jaxdp.selection.annealed import exponential_selected
 from tests.conftest import programs_built
@@ -116,7 +116,7 @@ def test_model_marginals_are_exact():
         for c in ((0, 1), (1, 2), (2, 3))
     ]
     model = pgm.estimate(sizes, measurements, total=None, iters=50)
-    marginals = pgm.ModelMarginals(model)
+    marginals = pgm_marginals.ModelMarginals(model)
     log_joint = np.zeros(sizes)
     for clique, potential in zip(model.cliques, model.potentials, strict=True):
         log_joint = log_joint + np.asarray(potential, np.float64).reshape(
@@ -173,7 +173,7 @@ def test_discrepancy_stop_ends_the_fit_at_the_asked_loss():
     ]
     measurements = [m._replace(noisy=m.noisy + rng.normal(0, sigma, m.noisy.shape)) for m in measurements]
     converged = pgm.estimate(sizes, measurements, total=None, iters=3000)
-    floor = pgm.residual_ratio(pgm.ModelMarginals(converged), measurements)
+    floor = pgm_marginals.residual_ratio(pgm_marginals.ModelMarginals(converged), measurements)
     assert floor < 1.0
     asked = (floor + 1.0) / 2
     blocks = []
@@ -187,8 +187,8 @@ def test_discrepancy_stop_ends_the_fit_at_the_asked_loss():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_junction, "fit", counted)
         stopped = pgm.estimate(sizes, measurements, total=None, iters=3000, discrepancy=asked)
-    marginals = pgm.ModelMarginals(stopped)
-    ratio = pgm.residual_ratio(marginals, measurements)
+    marginals = pgm_marginals.ModelMarginals(stopped)
+    ratio = pgm_marginals.residual_ratio(marginals, measurements)
     assert floor < ratio <= asked * (1 + 1e-4)
     assert blocks[0] < 3000 // _junction.BLOCK
     # the definition, from the joint distribution
@@ -217,7 +217,7 @@ def test_the_refit_starts_from_the_one_way_measurements_alone():
     ones.append(pgm.Measurement((1,), np.array([100.0, 200.0, 300.0, 400.0]), 1.0))
     pair = pgm.Measurement((0, 1), rng.random(12) * 100, 1.0)
     model = pgm.one_way_model(sizes, [*ones, pair], total=1000.0, tol=None)
-    marginals = pgm.ModelMarginals(model)
+    marginals = pgm_marginals.ModelMarginals(model)
     first, second = marginals.marginal((0,)), marginals.marginal((1,))
     np.testing.assert_allclose(marginals.marginal((0, 1)), np.outer(first, second).reshape(-1), atol=1e-6)
     np.testing.assert_allclose(first * 1000, ones[0].noisy, atol=0.5)
@@ -247,7 +247,9 @@ def test_refit_is_post_processing_and_only_where_the_fit_follows_the_noise():
 
     def ratio(name):
         state = runs[name][1]
-        return pgm.residual_ratio(pgm.ModelMarginals(state.model.fitted), state.model.measurements)
+        return pgm_marginals.residual_ratio(
+            pgm_marginals.ModelMarginals(state.model.fitted), state.model.measurements
+        )
 
     converged = ratio("off")
     assert converged < 1.0
@@ -299,7 +301,7 @@ def test_synthetic_records_agree_with_the_model_on_unmeasured_marginals():
     measured = {m.clique for m in state.measurements}
     rows = 100_000
     codes = loop.release(mech, state, jax.random.key(5), rows=rows)
-    model = pgm.ModelMarginals(state.model.fitted)
+    model = pgm_marginals.ModelMarginals(state.model.fitted)
     unmeasured = [c for c in mech.workload.cliques if c not in measured] + [(0, 1, 2, 3)]
     for clique in unmeasured:
         wl = jaxdp.queries.from_cliques(mech.workload.sizes, [clique])
@@ -581,7 +583,7 @@ def test_bad_noise_is_refused():
 
 def test_released_records_round_the_model_on_its_measured_cliques():
     """Each measured clique's counts over the released records are the model's marginal times
-    the rows, rounded: within 2 records per cell (at most 1.15 over seeds 0-9: `pgm.sample`
+    the rows, rounded: within 2 records per cell (at most 1.15 over seeds 0-9: `pgm_sampling.sample`
     rounds each parent group's counts and balances the workload's marginals across the groups,
     and `families.polish` moves values toward the model's marginals; 2.35 before the polish),
     where records drawn independently miss by about sqrt(rows p) (negative control: one

@@ -125,7 +125,7 @@ def test_an_edge_round_scores_every_allowed_pair_by_its_l1_error_against_the_one
     scores = revealed_steps(value)[mask] * kwargs["sensitivity"] / noise.GRID_STEPS
     model = state.model.fitted
     total = float(model.total)
-    one_way = [jaxdp.families.pgm.ModelMarginals(model).marginal((a,)) for a in range(6)]
+    one_way = [jaxdp.families.pgm_marginals.ModelMarginals(model).marginal((a,)) for a in range(6)]
     reference = []
     for a, b in itertools.combinations(range(6), 2):
         true = np.histogram2d(data.codes[:, a], data.codes[:, b], bins=[np.arange(5), np.arange(5)])[0]
