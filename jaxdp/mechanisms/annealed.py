@@ -24,9 +24,7 @@ programs that take it as an argument; a host family (Private-PGM's `GraphicalMod
 `GeneratorModel`) directly.
 
 Uncertainty quantification (AIM's Section 5): `error_bounds` gives, for every workload marginal,
-an upper confidence bound on the L1 error of the synthetic data: Theorem 2/3 + Corollary 1 when
-the marginal is supported by a measurement, else Theorem 4 + Corollary 2 from the last round in
-which it was a candidate. The bounds use only released quantities: they cost no privacy.
+an upper confidence bound on the L1 error of the synthetic data (`jaxdp.mechanisms.error_bounds`).
 """
 
 from __future__ import annotations
@@ -49,12 +47,13 @@ from jaxdp.families import pgm, polish
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.families.compression import CompressedDomain, Compression
 from jaxdp.families.graphical import host_measurements
-from jaxdp.families.histogram import MarginalPadding
 from jaxdp.keys import Stream, require_key, stream_key
 from jaxdp.measurement import measure_on_host
+from jaxdp.mechanisms._candidates import candidate_index, gathered_cells, workload_mask, workload_spans
 from jaxdp.mechanisms._common import private_counts, record_count, require_categorical
-from jaxdp.queries import MarginalWorkload, marginal_counts
-from jaxdp.selection.annealed import SQRT_2_OVER_PI, WIDE, HostRule, RoundRecord, Schedule, estimated_total
+from jaxdp.mechanisms.error_bounds import ErrorBounds, bounds_of
+from jaxdp.queries import MarginalWorkload
+from jaxdp.selection.annealed import WIDE, HostRule, RoundRecord, Schedule, estimated_total
 from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 logger = logging.getLogger("jaxdp.mechanisms.aim")
@@ -96,17 +95,6 @@ class AnnealedInfo(NamedTuple):
     measure once; rounds after the filter's last draw nothing)."""
 
     charges: tuple[Charge, Charge, Charge]
-
-
-class ErrorBounds(NamedTuple):
-    """Per workload marginal: `bound` on ||M_r(D) - M_r(D_hat)||_1 in counts, holding with
-    probability >= `confidence` for each marginal; `supported`: True where Theorem 2/3 +
-    Corollary 1 applied (else Theorem 4 + Corollary 2); `normalised`: bound / estimated total."""
-
-    bound: np.ndarray
-    supported: np.ndarray
-    normalised: np.ndarray
-    confidence: float
 
 
 # A traced family's methods, compiled once per shape with the family as an argument.
@@ -237,7 +225,7 @@ class Annealed:
         answers) in the padded form every family reads: (k, width) noisy counts (float64, the
         host's) and their positions. `sigma`: one scale, or one per entry of `noisy`."""
         candidates = parts.selection.candidates
-        gather = _gather(candidates)[np.asarray(chosen, np.int32)]
+        gather = gathered_cells(candidates)[np.asarray(chosen, np.int32)]
         flat = np.zeros(candidates.n_queries + 1, np.float64)  # the last entry: the padding
         flat[index] = noisy
         if np.ndim(sigma):
@@ -424,7 +412,7 @@ class Annealed:
         )
 
         # remember, for each workload marginal that was a candidate, this round's model answers
-        index = _candidate_index(rule.candidates)
+        index = candidate_index(rule.candidates)
         last_round = state.last_round.copy()
         last_model_counts = state.last_model_counts.copy()
         for j, wc in enumerate(workload.cliques):
@@ -492,7 +480,7 @@ class Annealed:
         spreads them)."""
         parts = self.parts(state)
         flat = np.asarray(parts.family.output_answers(state.model), np.float64)
-        answers = _workload_spans(flat, parts.selection.candidates, parts.workload)
+        answers = workload_spans(flat, parts.selection.candidates, parts.workload)
         if state.compressed is not None:
             answers = state.compressed.answers(answers, self.workload)
         return jnp.asarray(answers)
@@ -599,91 +587,10 @@ class Annealed:
             raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
         parts = self.parts(state)
         rule, workload = parts.selection, parts.workload
-        candidates = rule.candidates
-        failure = 1.0 - confidence
-        lam = math.sqrt(math.log(1.0 / failure))  # Theorem 3: 1 - exp(-lambda^2)
-        lam1 = math.sqrt(2.0 * math.log(2.0 / failure))  # Theorem 4, failure split evenly
-        lam2 = math.log(2.0 / failure)
+        answered = None
         if synthetic is None:
-            answered = self._answers(parts, state.model, _workload_mask(candidates, workload))
-            synth = _workload_spans(answered, candidates, workload)
-            total = float(synth[: workload.cells[0]].sum())
-        else:
-            codes = np.asarray(synthetic)
-            if state.compressed is not None:
-                codes = np.stack([state.compressed.codes(a)[codes[:, a]] for a in range(codes.shape[1])], 1)
-            synth = np.asarray(_workload_counts(jnp.asarray(codes, jnp.int32), workload), np.float64)
-            total = float(len(codes))
-        index = _candidate_index(candidates)
-        bounds, supported = [], []
-        for j, clique in enumerate(workload.cliques):
-            span = slice(workload.offsets[j], workload.offsets[j] + workload.cells[j])
-            n_r = workload.cells[j]
-            estimate = _weighted_average(clique, state.measurements, workload.sizes)
-            if estimate is not None:
-                y_bar, sigma_bar = estimate
-                bound = (
-                    np.abs(synth[span] - y_bar).sum()
-                    + math.sqrt(2.0 * math.log(2.0)) * _summed(sigma_bar, n_r)
-                    + lam * math.sqrt(2.0 * _summed(np.square(sigma_bar), n_r))
-                )
-                bounds.append(bound)
-                supported.append(True)
-                continue
-            t = int(state.last_round[j])
-            if t < 0:
-                bounds.append(math.inf)
-                supported.append(False)
-                continue
-            rec = state.records[t]
-            w_r = rule.weights[index[clique]]
-            w_sel = rule.weights[rec.selected]
-            n_sel = candidates.cells[rec.selected]
-            b_r = (
-                w_sel * rec.selected_error
-                + SQRT_2_OVER_PI * rec.sigma * (w_r * n_r - w_sel * n_sel)
-                + 2.0 * rec.score_sensitivity / rec.epsilon * math.log(rec.n_eligible)
-            )
-            theorem4 = (
-                b_r + lam1 * rec.sigma * math.sqrt(n_sel) + lam2 * 2.0 * rec.score_sensitivity / rec.epsilon
-            ) / w_r
-            model_before = state.last_model_counts[span].astype(np.float64)
-            bounds.append(np.abs(synth[span] - model_before).sum() + theorem4)
-            supported.append(False)
-        bound = np.asarray(bounds, np.float64)
-        return ErrorBounds(bound, np.asarray(supported), bound / max(total, 1.0), confidence)
-
-
-def _summed(scale: float | np.ndarray, cells: int) -> float:
-    """The sum over a marginal's `cells` cells of a per-cell quantity, given as one value for
-    all of them or one per cell."""
-    return float(np.sum(scale)) if np.ndim(scale) else scale * cells
-
-
-@functools.lru_cache(maxsize=8)
-def _gather(candidates: MarginalWorkload) -> np.ndarray:
-    """(n_candidates, width) each candidate's cells in the flat answers, padded with n_queries
-    (`MarginalPadding`, as the fixed-budget measurement lays them out)."""
-    return np.asarray(MarginalPadding.of(candidates).gather)
-
-
-@functools.lru_cache(maxsize=8)
-def _candidate_index(candidates: MarginalWorkload) -> dict[tuple[int, ...], int]:
-    return {c: i for i, c in enumerate(candidates.cliques)}
-
-
-def _workload_mask(candidates: MarginalWorkload, workload: MarginalWorkload) -> np.ndarray:
-    index = _candidate_index(candidates)
-    mask = np.zeros(len(candidates), bool)
-    mask[[index[c] for c in workload.cliques]] = True
-    return mask
-
-
-def _workload_spans(flat: np.ndarray, candidates: MarginalWorkload, workload: MarginalWorkload) -> np.ndarray:
-    """The workload's marginals, in its order, out of the candidates' flat answers."""
-    index = _candidate_index(candidates)
-    starts = [candidates.offsets[index[c]] for c in workload.cliques]
-    return np.concatenate([flat[s : s + n] for s, n in zip(starts, workload.cells, strict=True)])
+            answered = self._answers(parts, state.model, workload_mask(rule.candidates, workload))
+        return bounds_of(rule, workload, state, confidence, answered=answered, synthetic=synthetic)
 
 
 def _class_shape(rule: HostRule) -> ClassShape:
@@ -697,32 +604,6 @@ def _one_hot(i: int, n: int) -> np.ndarray:
     mask = np.zeros(n, bool)
     mask[i] = True
     return mask
-
-
-_workload_counts = jax.jit(marginal_counts, static_argnums=1)
-
-
-def _weighted_average(clique, measurements, sizes) -> tuple[np.ndarray, float | np.ndarray] | None:
-    """Theorem 2: inverse-variance average of every measurement containing `clique`, projected
-    onto it, and the noise scale of the average (one for every cell, or one per cell when a
-    measurement's cells differ in scale); None if no measurement contains it."""
-    n_r = math.prod(sizes[a] for a in clique)
-    total, precision = None, 0.0
-    for m in measurements:
-        if not set(clique) <= set(m.clique):
-            continue
-        shape = [sizes[a] for a in m.clique]
-        drop = tuple(i for i, a in enumerate(m.clique) if a not in clique)
-        projected = np.asarray(m.noisy, np.float64).reshape(shape).sum(axis=drop).reshape(-1)
-        if np.ndim(m.sigma):  # per-cell scales: the projection's variance sums its cells'
-            weight = 1.0 / m.variances().reshape(shape).sum(axis=drop).reshape(-1)
-        else:
-            weight = n_r / (math.prod(shape) * m.sigma**2)  # 1 / per-cell variance of the projection
-        total = projected * weight if total is None else total + projected * weight
-        precision = precision + weight
-    if total is None:
-        return None
-    return total / precision, np.sqrt(1.0 / precision) if np.ndim(precision) else math.sqrt(1.0 / precision)
 
 
 def annealed(
