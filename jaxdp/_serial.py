@@ -35,6 +35,18 @@ from jaxdp.types import Withheld
 TRUSTED_MODULES = ("jaxdp", "optax", "flax")
 _DATACLASS_MODULES = ("jaxdp",)
 
+# Classes that files written by earlier versions name by their old place (module:qualname), with
+# where each is defined now: read under their new name, never written under the old one.
+MOVED = {
+    "jaxdp.mechanisms.annealed:Annealed": "jaxdp.mechanisms.host_loop:Annealed",
+    "jaxdp.mechanisms.annealed:AnnealedState": "jaxdp.mechanisms.host_loop:AnnealedState",
+    "jaxdp.mechanisms.annealed:AnnealedInfo": "jaxdp.mechanisms.host_loop:AnnealedInfo",
+    "jaxdp.selection.annealed:AIMSelection": "jaxdp.selection.aim:AIMSelection",
+    "jaxdp.selection.annealed:RoundRecord": "jaxdp.selection.records:RoundRecord",
+    "jaxdp.selection.annealed:Schedule": "jaxdp.selection.records:Schedule",
+    "jaxdp.selection.annealed:Selected": "jaxdp.selection.records:Selected",
+}
+
 
 def digest(*parts: Any) -> str:
     """A SHA-256 hex digest of arrays (dtype, shape and bytes), strings, bytes and JSON values."""
@@ -141,8 +153,9 @@ def _name(cls: type) -> str:
 
 
 def _trusted(name: str, modules: tuple[str, ...], base: type) -> type:
-    """The class `module:qualname`, imported only from `modules`, and a subclass of `base`."""
-    module, _, qualname = name.partition(":")
+    """The class `module:qualname` (or, for a class an earlier version defined elsewhere, its
+    place now: `MOVED`), imported only from `modules`, and a subclass of `base`."""
+    module, _, qualname = MOVED.get(name, name).partition(":")
     if module.split(".")[0] not in modules:
         raise ValueError(f"untrusted type {name!r}")
     cls: Any = importlib.import_module(module)

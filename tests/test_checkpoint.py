@@ -64,7 +64,7 @@ def _same(x, y) -> None:
 
 
 def test_a_state_reads_back_with_its_exact_types(tmp_path, monkeypatch):
-    from jaxdp.selection.annealed import Schedule
+    from jaxdp.selection.records import Schedule
 
     monkeypatch.setattr(_serial, "TRUSTED_MODULES", (*_serial.TRUSTED_MODULES, "tests"))
 

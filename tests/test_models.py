@@ -4,6 +4,7 @@ family allows it, saves to a file that holds no private value, and refuses a bad
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import stat
 
@@ -139,6 +140,38 @@ def test_another_file_of_arrays_or_another_format_version_is_refused(released, t
         jaxdp.load_model(newer)
     with pytest.raises(jaxdp.ModelFileError, match="cannot read model"):
         jaxdp.load_model(tmp_path / "missing.jaxdp")
+
+
+def _renamed(path, tmp_path, names: dict[str, str]):
+    """The model file at `path` rewritten with its classes under other names (a valid file)."""
+    with open(path, "rb") as fh:
+        manifest, arrays = _serial.read_zip(fh)
+    text = json.dumps(manifest)
+    for now, then in names.items():
+        text = text.replace(f'"{now}"', f'"{then}"')
+    older = tmp_path / "older.jaxdp"
+    with open(older, "wb") as fh:
+        _serial.write_zip(fh, json.loads(text), arrays)
+    return older
+
+
+def test_a_model_saved_before_its_classes_moved_loads_and_samples_the_same(released, tmp_path):
+    """A file naming the classes where an earlier version defined them (`_serial.MOVED`) reads
+    back as the model saved now; a class named at an old place it never had is still refused."""
+    model = released[1].model
+    path = model.save(tmp_path / "model.jaxdp")
+    with open(path, "rb") as fh:
+        written = json.dumps(_serial.read_zip(fh)[0])
+    old_names = {now: then for then, now in _serial.MOVED.items() if f'"{now}"' in written}
+    assert len(old_names) >= 4, old_names  # the driver, its state, AIM's rule and its schedule
+    assert not any(f'"{then}"' in written for then in _serial.MOVED)  # written under the new names
+    older = jaxdp.load_model(_renamed(path, tmp_path, old_names))
+    key = jax.random.key(3)
+    for name in SCHEMA["columns"]:
+        np.testing.assert_array_equal(older.sample(key).columns()[name], model.sample(key).columns()[name])
+    stranger = {"jaxdp.mechanisms.host_loop:Annealed": "jaxdp.mechanisms.annealed:AnnealedRule"}
+    with pytest.raises(jaxdp.ModelFileError):
+        jaxdp.load_model(_renamed(path, tmp_path, stranger))
 
 
 def _brute_joint(model: pgm.Model) -> np.ndarray:

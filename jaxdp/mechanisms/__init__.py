@@ -10,11 +10,11 @@ from jaxdp.mechanisms.adaptive import Adaptive, AdaptiveInfo, AdaptiveState, Que
 from jaxdp.mechanisms.aim import aim
 from jaxdp.mechanisms.aim_gdp import aim_gdp
 from jaxdp.mechanisms.aim_gem import aim_gem
-from jaxdp.mechanisms.annealed import Annealed, AnnealedState, ErrorBounds
 from jaxdp.mechanisms.dualquery import dualquery
 from jaxdp.mechanisms.fem import fem
 from jaxdp.mechanisms.gaussian import gaussian
 from jaxdp.mechanisms.gem import gem, gem_pub
+from jaxdp.mechanisms.host_loop import Annealed, AnnealedState, ErrorBounds
 from jaxdp.mechanisms.independent import independent
 from jaxdp.mechanisms.mst import mst
 from jaxdp.mechanisms.mwem import mwem, pmw_pub

@@ -1,5 +1,5 @@
 """Where each candidate marginal sits in the flat answers of a host-scheduled run
-(`jaxdp.mechanisms.annealed`), and the workload's marginals among the candidates."""
+(`jaxdp.mechanisms.host_loop`), and the workload's marginals among the candidates."""
 
 from __future__ import annotations
 

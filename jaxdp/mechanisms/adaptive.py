@@ -23,7 +23,7 @@ RAP-softmax, GEM, GEM-Pub, DualQuery, FEM, RAP++, Independent and Gaussian build
 (one compiled scan); AIM and AIM-GEM, whose rule is `jaxdp.selection.AIMSelection` (budget
 annealing and a privacy filter), MST, whose rule is `jaxdp.selection.MSTSelection` (a spanning
 tree on a fixed budget), and PrivBayes, whose rule is `jaxdp.selection.PrivBayesSelection` (a
-Bayesian network on a fixed budget), build an `jaxdp.mechanisms.annealed.Annealed` (a Python
+Bayesian network on a fixed budget), build an `jaxdp.mechanisms.host_loop.Annealed` (a Python
 loop).
 """
 
@@ -59,7 +59,7 @@ from jaxdp.mechanisms._common import (
     require_categorical,
     round_shares,
 )
-from jaxdp.mechanisms.annealed import Annealed, annealed
+from jaxdp.mechanisms.host_loop import Annealed, annealed
 from jaxdp.queries import (
     LinearThresholdQueries,
     MarginalWorkload,

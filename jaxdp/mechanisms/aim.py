@@ -12,7 +12,7 @@ a preset of `jaxdp.adaptive`.
 
 The rule is `jaxdp.selection.AIMSelection`, the family `jaxdp.families.GraphicalModel`
 (Private-PGM's estimator, compiled once whatever the measured cliques); the driver and the error
-bounds are `jaxdp.mechanisms.annealed.Annealed`'s.
+bounds are `jaxdp.mechanisms.host_loop.Annealed`'s.
 
 Beyond the paper, by default: round 0's 1-way counts measured with noise at most n / 150
 (`resolution`; the run then calibrated for the fewer rounds that takes, `AIMSelection`: on
@@ -38,11 +38,11 @@ from jaxdp.domain import Dataset, Domain
 from jaxdp.families.compression import Compression
 from jaxdp.families.graphical import GraphicalModel, Refit
 from jaxdp.mechanisms.adaptive import adaptive
-from jaxdp.mechanisms.annealed import Annealed
+from jaxdp.mechanisms.host_loop import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
-from jaxdp.selection.annealed import ONE_WAY_RESOLUTION
+from jaxdp.selection.aim import ONE_WAY_RESOLUTION
 from jaxdp.types import Neighboring
 
 # AIM's default: MST's merge of the values counted below 3 sigma, in attributes of at least 20

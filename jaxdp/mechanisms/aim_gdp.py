@@ -15,7 +15,7 @@
 
 The rule is `jaxdp.selection.NoisyErrorSelection` (its docstring says where it departs from
 DPSynth's), the family `jaxdp.families.GraphicalModel` and the driver AIM's
-(`jaxdp.mechanisms.annealed.Annealed`). DPSynth's defaults: 16 candidates a round, a selection
+(`jaxdp.mechanisms.host_loop.Annealed`). DPSynth's defaults: 16 candidates a round, a selection
 share of 0.1 (alpha 0.9), T = 16 d, annealing by 4 in the round's budget. Accounted by AIM's
 filter in zCDP (`conversion="exact"`, this factory's default) or, as DPSynth accounts it, in
 Gaussian DP (`conversion="gdp"`, `jaxdp.gdp`: each exact discrete Gaussian bounded through a
@@ -31,10 +31,10 @@ from jaxdp.families.compression import Compression
 from jaxdp.families.graphical import GraphicalModel, Refit
 from jaxdp.mechanisms.adaptive import adaptive
 from jaxdp.mechanisms.aim import AIM_RELATIONS, DEFAULT_COMPRESSION, DEFAULT_REFIT
-from jaxdp.mechanisms.annealed import Annealed
+from jaxdp.mechanisms.host_loop import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
 from jaxdp.queries import MarginalWorkload
-from jaxdp.selection.annealed import ONE_WAY_RESOLUTION, PAPER_ALPHA
+from jaxdp.selection.aim import ONE_WAY_RESOLUTION, PAPER_ALPHA
 from jaxdp.selection.noisy_errors import PER_ROUND, NoisyErrorSelection
 from jaxdp.types import Neighboring
 

@@ -20,11 +20,11 @@ from jaxdp.families.compression import Compression
 from jaxdp.families.generator_model import GeneratorModel
 from jaxdp.mechanisms.adaptive import adaptive
 from jaxdp.mechanisms.aim import AIM_RELATIONS, DEFAULT_COMPRESSION
-from jaxdp.mechanisms.annealed import Annealed
+from jaxdp.mechanisms.host_loop import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register, rounds_cap
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import AIMSelection
-from jaxdp.selection.annealed import ONE_WAY_RESOLUTION, PAPER_ALPHA
+from jaxdp.selection.aim import ONE_WAY_RESOLUTION, PAPER_ALPHA
 from jaxdp.types import Neighboring
 
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from jaxdp.mechanisms._candidates import candidate_index, workload_spans
 from jaxdp.queries import MarginalWorkload, marginal_counts
-from jaxdp.selection.annealed import SQRT_2_OVER_PI, HostRule
+from jaxdp.selection.host_rule import HostRule
+from jaxdp.selection.scores import SQRT_2_OVER_PI
 
 
 class ErrorBounds(NamedTuple):

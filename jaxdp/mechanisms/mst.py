@@ -10,7 +10,7 @@ differentially private synthetic data", Algorithm 1), as a preset of `jaxdp.adap
     output:    records from Private-PGM's model of every measurement
 
 The rule is `jaxdp.selection.MSTSelection`, the family `jaxdp.families.GraphicalModel` and the
-driver `jaxdp.mechanisms.annealed.Annealed` (AIM's: MST is AIM's first round, a fixed budget
+driver `jaxdp.mechanisms.host_loop.Annealed` (AIM's: MST is AIM's first round, a fixed budget
 instead of annealing and a filter, scores without refits and a tree constraint on the picks).
 
 Beyond the paper: exact discrete Gaussian noise and exact exponential mechanism (the paper's code
@@ -27,7 +27,7 @@ from jaxdp.domain import Dataset
 from jaxdp.families.compression import Compression
 from jaxdp.families.graphical import GraphicalModel
 from jaxdp.mechanisms.adaptive import adaptive
-from jaxdp.mechanisms.annealed import Annealed
+from jaxdp.mechanisms.host_loop import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import MSTSelection

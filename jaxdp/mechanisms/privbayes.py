@@ -12,7 +12,7 @@ Networks", TODS 2017), as a preset of `jaxdp.adaptive`.
                makes them disagree)
 
 The rule is `jaxdp.selection.PrivBayesSelection`, the family `jaxdp.families.GraphicalModel` and
-the driver `jaxdp.mechanisms.annealed.Annealed` (AIM's and MST's).
+the driver `jaxdp.mechanisms.host_loop.Annealed` (AIM's and MST's).
 
 Beyond the paper: zCDP with Gaussian measurements (the paper's Laplace noise, 2d / epsilon_2 in
 counts, becomes a Gaussian of (1 - beta) rho / d each; theta-usefulness is kept with the
@@ -28,7 +28,7 @@ from jax.sharding import Mesh
 from jaxdp.domain import Dataset
 from jaxdp.families.graphical import GraphicalModel
 from jaxdp.mechanisms.adaptive import adaptive
-from jaxdp.mechanisms.annealed import Annealed
+from jaxdp.mechanisms.host_loop import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection import PrivBayesSelection

@@ -13,7 +13,7 @@ as a preset of `jaxdp.adaptive`.
 For wide tables, where AIM's round-by-round refits are slow: one fit at the end. The rule is
 `jaxdp.selection.SwiftSelection` (its docstring says where it departs from DPSynth's), the
 family `jaxdp.families.GraphicalModel` (no size filter: the tree bounds the model) and the driver
-AIM's (`jaxdp.mechanisms.annealed.Annealed`).
+AIM's (`jaxdp.mechanisms.host_loop.Annealed`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from jaxdp.families.compression import Compression
 from jaxdp.families.graphical import GraphicalModel, Refit
 from jaxdp.mechanisms.adaptive import adaptive
 from jaxdp.mechanisms.aim import AIM_RELATIONS, DEFAULT_COMPRESSION, DEFAULT_REFIT
-from jaxdp.mechanisms.annealed import Annealed
+from jaxdp.mechanisms.host_loop import Annealed
 from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import MarginalWorkload
 from jaxdp.selection.swift import MAX_CLIQUE_SIZE, SwiftSelection

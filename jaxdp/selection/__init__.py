@@ -30,11 +30,13 @@ budget and composes it with a measurement and a family.
 See `jaxdp.selection.rules` for writing a rule of your own.
 """
 
-from jaxdp.selection.annealed import AIMSelection, HostRule, RoundRecord, default_alpha
+from jaxdp.selection.aim import AIMSelection, default_alpha
 from jaxdp.selection.games import SignedError, SignedErrorSamples
+from jaxdp.selection.host_rule import HostRule
 from jaxdp.selection.mst import MSTSelection
 from jaxdp.selection.noisy_errors import NoisyErrorSelection
 from jaxdp.selection.privbayes import PrivBayesSelection
+from jaxdp.selection.records import RoundRecord
 from jaxdp.selection.rules import (
     GRID_MAX_RECORDS,
     GRID_STEPS_PER_COUNT,

@@ -15,7 +15,7 @@ the 1-way model (the family is not refitted between rounds: `refits` is False), 
 measurement reaches a later selection, and the budget of each primitive is the paper's.
 
 Composed by `jaxdp.adaptive` with a family of marginals (Private-PGM's `GraphicalModel` for
-`jaxdp.mst`) and driven from the host by `jaxdp.mechanisms.annealed.Annealed`, as AIM's rule is.
+`jaxdp.mst`) and driven from the host by `jaxdp.mechanisms.host_loop.Annealed`, as AIM's rule is.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import numpy as np
 from jaxdp import noise
 from jaxdp.accounting import Plan, PlannedCharge, gumbel_scale
 from jaxdp.queries import MarginalWorkload, downward_closure
-from jaxdp.selection.annealed import FixedPlanRule, Schedule
+from jaxdp.selection.host_rule import FixedPlanRule
+from jaxdp.selection.records import Schedule
 from jaxdp.types import Neighboring, pytree_dataclass
 
 # The paper's split of rho: 1-way measurements, edge selections, edge measurements.

@@ -36,15 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import noise, samplers
-from jaxdp.selection.annealed import (
-    COUNT_STEPS,
-    SQRT_2_OVER_PI,
-    AIMSelection,
-    HostRule,
-    Schedule,
-    Selected,
-    candidate_l1_steps,
-)
+from jaxdp.selection.aim import AIMSelection
+from jaxdp.selection.host_rule import HostRule
+from jaxdp.selection.records import Schedule, Selected
+from jaxdp.selection.scores import COUNT_STEPS, SQRT_2_OVER_PI, candidate_l1_steps
 from jaxdp.types import Charge, Key, Sensitive, pytree_dataclass, static_field
 
 # DPSynth's max_candidates_per_round

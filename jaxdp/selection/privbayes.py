@@ -71,7 +71,9 @@ from jaxdp import _checks
 from jaxdp import noise as noise_module
 from jaxdp.accounting import Plan, PlannedCharge, gumbel_scale
 from jaxdp.queries import MarginalWorkload, downward_closure
-from jaxdp.selection.annealed import FixedPlanRule, Schedule, Selected, exponential_selected, relative_to_best
+from jaxdp.selection.host_rule import FixedPlanRule
+from jaxdp.selection.records import Schedule, Selected, exponential_selected
+from jaxdp.selection.scores import relative_to_best
 from jaxdp.types import Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 # The most candidate families a run counts (their true counts are all computed when it is built).

@@ -36,8 +36,10 @@ import numpy as np
 from jaxdp import _checks, noise
 from jaxdp.accounting import Plan, PlannedCharge
 from jaxdp.queries import MarginalWorkload, aim_weights, downward_closure
-from jaxdp.selection.annealed import SQRT_2_OVER_PI, FixedPlanRule, Schedule, Selected
+from jaxdp.selection.host_rule import FixedPlanRule
 from jaxdp.selection.noisy_errors import measure_errors
+from jaxdp.selection.records import Schedule, Selected
+from jaxdp.selection.scores import SQRT_2_OVER_PI
 from jaxdp.types import Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 # DPSynth's defaults: the 1-way share of its DiscreteConfig, SWIFT's select_budget_frac, its

@@ -12,7 +12,7 @@ import numpy as np
 import jaxdp
 from jaxdp import loop, noise
 from jaxdp.families import Compression
-from jaxdp.mechanisms import annealed
+from jaxdp.mechanisms import host_loop
 
 
 def record_selections(monkeypatch) -> list[tuple[object, dict]]:
@@ -77,7 +77,7 @@ def round_zero_releases(monkeypatch, released: np.ndarray | None = None) -> list
     whatever the table, the rest of the run sees the same release."""
     calls: list[tuple[np.ndarray, float]] = []
     in_round_zero = [False]
-    initialise, measure = annealed.Annealed._initialise, annealed.measure_on_host
+    initialise, measure = host_loop.Annealed._initialise, host_loop.measure_on_host
 
     def round_zero(self, state, key):
         in_round_zero[0] = True
@@ -95,8 +95,8 @@ def round_zero_releases(monkeypatch, released: np.ndarray | None = None) -> list
             calls.append((noisy.copy(), float(kwargs["sigma"])))
         return noisy, charge
 
-    monkeypatch.setattr(annealed.Annealed, "_initialise", round_zero)
-    monkeypatch.setattr(annealed, "measure_on_host", measuring)
+    monkeypatch.setattr(host_loop.Annealed, "_initialise", round_zero)
+    monkeypatch.setattr(host_loop, "measure_on_host", measuring)
     return calls
 
 

@@ -12,7 +12,7 @@ import jaxdp
 from jaxdp import audit, loop
 from jaxdp.families import pgm, pgm_marginals
 from jaxdp.queries import all_kway, marginal_counts
-from jaxdp.selection.annealed import exponential_selected
+from jaxdp.selection.records import exponential_selected
 from tests.conftest import programs_built
 
 from .conftest import tiny_dataset
@@ -520,17 +520,17 @@ def test_exact_noise_by_default_measures_integer_counts(relation, monkeypatch):
     noisy integer counts (AIM measures counts under both relations; n is public under
     replace-one, so counts and fractions carry the same information). noise="float" charges the
     float primitives and its measurements leave the integers (the check has power)."""
-    from jaxdp.mechanisms import annealed
+    from jaxdp.mechanisms import host_loop
 
     released = []
-    measure = annealed.Annealed._measure
+    measure = host_loop.Annealed._measure
 
     def recording(self, *args, **kwargs):
         noisy, charge = measure(self, *args, **kwargs)
         released.append(noisy)
         return noisy, charge
 
-    monkeypatch.setattr(annealed.Annealed, "_measure", recording)
+    monkeypatch.setattr(host_loop.Annealed, "_measure", recording)
     off_integers = {}
     for noise, primitives in (
         ("discrete", {"discrete_exponential", "discrete_gaussian"}),

@@ -10,10 +10,11 @@ import pytest
 import jaxdp
 from jaxdp import audit, loop
 from jaxdp.keys import Stream, stream_key
-from jaxdp.mechanisms import annealed
+from jaxdp.mechanisms import host_loop
 from jaxdp.queries import all_kway, downward_closure, from_cliques, marginal_counts
 from jaxdp.queries import measured as measured_path
-from jaxdp.selection import annealed as aim_rule
+from jaxdp.selection import host_rule
+from jaxdp.selection import scores as aim_scores
 
 from .conftest import tiny_dataset
 
@@ -35,7 +36,7 @@ def test_quality_score_matches_a_brute_force_reference():
     model = true + rng.normal(0.0, 20.0, true.shape)
     weights = rng.uniform(0.5, 3.0, len(candidates))
     sigma = 7.5
-    got = np.asarray(aim_rule.quality_scores(true, model, candidates, weights, sigma))
+    got = np.asarray(aim_scores.quality_scores(true, model, candidates, weights, sigma))
     expected = []
     for i, (start, cells) in enumerate(zip(candidates.offsets, candidates.cells, strict=True)):
         l1 = sum(abs(true[start + c] - model[start + c]) for c in range(cells))
@@ -52,7 +53,7 @@ def test_aim_and_aim_gem_share_one_selection_rule():
     # AIM-GEM keeps the paper's alpha (measured for AIM alone: `default_alpha`)
     a = jaxdp.aim(data, wl, epsilon=1.0, delta=1e-6, max_rounds=12, alpha=0.9)
     b = jaxdp.aim_gem(data, wl, epsilon=1.0, delta=1e-6, max_rounds=12, **SMALL)
-    assert type(a) is type(b) is annealed.Annealed
+    assert type(a) is type(b) is host_loop.Annealed
     assert type(a.selection) is type(b.selection) is jaxdp.selection.AIMSelection
     assert a.selection == b.selection
     assert a.selection.start(a.plan.rho_budget) == b.selection.start(b.plan.rho_budget)
@@ -220,9 +221,9 @@ def _selection_counts(mech, model_counts, sigma, rho_select, scale_factor, runs)
         calls.append((scores, kwargs))
         return primitive(key, scores, **kwargs)
 
-    original = aim_rule.gumbel_scale
+    original = host_rule.gumbel_scale
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(aim_rule, "gumbel_scale", lambda d, r: scale_factor * original(d, r))
+        patch.setattr(host_rule, "gumbel_scale", lambda d, r: scale_factor * original(d, r))
         patch.setattr(jaxdp.noise, name, recording)
         mech.selection(jax.random.key(0), mech.counts, model_counts, mask, sigma, rho_select)
     ((scores, kwargs),) = calls
@@ -259,11 +260,11 @@ def test_selection_follows_the_exponential_mechanism(noise):
     model = np.full_like(true, len(data)) / np.repeat(mech.candidates.cells, mech.candidates.cells)
     sigma = 5.0
     rule = mech.selection
-    scores = np.asarray(aim_rule.quality_scores(true, model, mech.candidates, rule.weights, sigma))
+    scores = np.asarray(aim_scores.quality_scores(true, model, mech.candidates, rule.weights, sigma))
 
     mask = np.ones(len(mech.candidates), bool)
     law_scores = (
-        aim_rule.grid_quality_scores(
+        aim_scores.grid_quality_scores(
             true, model, mech.candidates, np.asarray(rule.weights), mask, sigma, rule.l1_sensitivity
         ).astype(np.float64)
         if noise == "discrete"
@@ -292,14 +293,14 @@ def test_exact_noise_by_default_measures_integer_counts(monkeypatch):
     """Default noise: the ledger holds only exact primitives and every measurement released is
     noisy integer counts; noise="float" charges the float primitives and leaves the integers."""
     released = []
-    measure = annealed.Annealed._measure
+    measure = host_loop.Annealed._measure
 
     def recording(self, *args, **kwargs):
         noisy, charge = measure(self, *args, **kwargs)
         released.append(noisy)
         return noisy, charge
 
-    monkeypatch.setattr(annealed.Annealed, "_measure", recording)
+    monkeypatch.setattr(host_loop.Annealed, "_measure", recording)
     off_integers = {}
     for noise, primitives in (
         ("discrete", {"discrete_exponential", "discrete_gaussian"}),

@@ -11,9 +11,9 @@ import pytest
 import jaxdp
 from jaxdp import api, audit, loop
 from jaxdp.domain import Dataset, Domain
-from jaxdp.mechanisms import annealed
+from jaxdp.mechanisms import host_loop
 from jaxdp.queries import MarginalWorkload, all_kway
-from jaxdp.selection.annealed import estimated_total
+from jaxdp.selection.aim import estimated_total
 
 from ._host import assert_same_merge, merge_from_release, round_zero_releases
 from .conftest import tiny_dataset
@@ -152,7 +152,7 @@ def _top_up_ledgers(monkeypatch, true_size: bool) -> list:
     for data in tables:
         if true_size:
             size = float(len(data))
-            monkeypatch.setattr(annealed, "estimated_total", lambda noisy, n=size: n)
+            monkeypatch.setattr(host_loop, "estimated_total", lambda noisy, n=size: n)
         ledgers.append(loop.run(_registry("aim", data, 1.0), jax.random.key(1), rounds=1).ledger)
     return ledgers
 

@@ -202,17 +202,17 @@ def test_aim_counts_over_the_mesh_and_releases_what_one_device_releases(name, mo
     counts come back replicated on all 8), then run the single-device computation: the same
     ledger, measurements and release as on one device with the same key (noise drawn per device
     and summed would not match)."""
-    from jaxdp.mechanisms import annealed
+    from jaxdp.mechanisms import host_loop
 
     devices_counted_on = []
-    count = annealed.private_counts
+    count = host_loop.private_counts
 
     def spy(data, workload, mesh=None):
         counts = count(data, workload, mesh)
         devices_counted_on.append(len(counts._value.sharding.device_set))
         return counts
 
-    monkeypatch.setattr(annealed, "private_counts", spy)
+    monkeypatch.setattr(host_loop, "private_counts", spy)
     data = tiny_dataset(n=403)  # not a multiple of 8: the sharded codes carry 5 padding rows
     one, eight = _aim_family(name, data), _aim_family(name, data, records_mesh())
     assert devices_counted_on == [1, 8]

@@ -51,7 +51,7 @@ import pytest
 import jaxdp
 from jaxdp import accounting, noise
 from jaxdp.keys import Stream, round_key, stream_key
-from jaxdp.mechanisms import annealed
+from jaxdp.mechanisms import host_loop
 from jaxdp.queries import all_kway
 
 from .test_empirical_dp import DELTA, selection_attack, threshold_attack
@@ -155,7 +155,7 @@ def _recorded_rounds(make) -> dict[str, tuple[Call, Call]]:
     with pytest.MonkeyPatch.context() as patch:
         # these binary attributes count as wide, so that round 0 tops up (which attributes may
         # trigger it is a rule on the release; the top-up measures every 1-way count)
-        patch.setattr(annealed, "WIDE", 2)
+        patch.setattr(host_loop, "WIDE", 2)
         for data in (D, D_PRIME):
             m = make(data, None)
             topped.append(

@@ -31,7 +31,7 @@ from jaxdp.domain import domain_from_schema
 from jaxdp.mechanisms import rap_plus
 from jaxdp.queries import aim_weights, all_kway, downward_closure
 from jaxdp.selection import GRID_MAX_RECORDS, L1Error, MaxError, QueryError, Rule, SelectionBudget
-from jaxdp.selection import annealed as aim_rule
+from jaxdp.selection import scores as aim_scores
 from jaxdp.selection.games import MAX_EXACT_ROUNDS, signed_steps
 from jaxdp.selection.games import sample_steps as dualquery_grid_scores
 from jaxdp.types import Sensitive, pytree_dataclass
@@ -256,7 +256,7 @@ def test_dualquery_scores_are_exact_and_move_by_at_most_grid_steps(last, n):
 
 def _ref_aim(counts, model, candidates, weights, mask, sigma, ell) -> list[int]:
     """AIM's exact scores Q_r (unshifted) in Python integers and Fractions."""
-    k, bits = aim_rule.COUNT_STEPS, aim_rule.WEIGHT_BITS
+    k, bits = aim_scores.COUNT_STEPS, aim_scores.WEIGHT_BITS
     w_max = Fraction(max(float(w) for w, ok in zip(weights, mask, strict=True) if ok))
     quality = []
     for i, (start, cells) in enumerate(zip(candidates.offsets, candidates.cells, strict=True)):
@@ -266,7 +266,7 @@ def _ref_aim(counts, model, candidates, weights, mask, sigma, ell) -> list[int]:
             abs(k * int(c) - round(Fraction(x) * k))
             for c, x in zip(counts[start : start + cells], mu, strict=True)
         )
-        p = round(Fraction(k * aim_rule.SQRT_2_OVER_PI * sigma * cells))
+        p = round(Fraction(k * aim_scores.SQRT_2_OVER_PI * sigma * cells))
         w = math.floor(Fraction(float(weights[i])) * 2**bits / w_max) if mask[i] else 0
         quality.append((w * (e - p)) // (2**bits * k * int(ell) // STEPS))
     return quality
@@ -292,12 +292,12 @@ def test_aim_scores_are_exact_and_move_by_at_most_grid_steps(relation, n):
         sigma = float(10.0 ** rng.uniform(0, 3))
         other = neighbour_of(rng, counts, CANDIDATES)
         args = (CANDIDATES, w, mask, sigma, ell)
-        a = aim_rule.grid_quality_steps(counts, model, *args)
-        b = aim_rule.grid_quality_steps(other, model, *args)
+        a = aim_scores.grid_quality_steps(counts, model, *args)
+        b = aim_scores.grid_quality_steps(other, model, *args)
         assert a.tolist() == _ref_aim(counts, model, *args)
         assert b.tolist() == _ref_aim(other, model, *args)
         worst = max(worst, int(np.abs(a - b)[mask].max()))
-        shifted = aim_rule.grid_quality_scores(counts, model, *args)
+        shifted = aim_scores.grid_quality_scores(counts, model, *args)
         assert shifted.dtype == np.int32
         assert shifted[mask].tolist() == (a[mask] - a[mask].max()).tolist()
     assert worst <= STEPS
@@ -317,8 +317,8 @@ def test_aim_scores_reach_grid_steps_on_adversarial_neighbours(relation):
         if relation == "replace-one":
             other[start] -= 1
     args = (CANDIDATES, np.ones(len(CANDIDATES)), np.ones(len(CANDIDATES), bool), 0.0, ell)
-    a = aim_rule.grid_quality_steps(counts, model, *args)
-    b = aim_rule.grid_quality_steps(other, model, *args)
+    a = aim_scores.grid_quality_steps(counts, model, *args)
+    b = aim_scores.grid_quality_steps(other, model, *args)
     assert not a.any()
     assert b.tolist() == _ref_aim(other, model, *args) == [STEPS] * len(CANDIDATES)
 

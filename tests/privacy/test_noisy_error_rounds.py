@@ -32,7 +32,7 @@ import jaxdp
 from jaxdp import accounting, gdp
 from jaxdp.keys import Stream, stream_key
 from jaxdp.queries import all_kway
-from jaxdp.selection.annealed import COUNT_STEPS
+from jaxdp.selection.scores import COUNT_STEPS
 from jaxdp.selection.swift import ONE_WAY_SHARE, SELECT_SHARE
 
 from .test_aim_round import (

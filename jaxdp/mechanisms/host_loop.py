@@ -53,7 +53,9 @@ from jaxdp.mechanisms._candidates import candidate_index, gathered_cells, worklo
 from jaxdp.mechanisms._common import private_counts, record_count, require_categorical
 from jaxdp.mechanisms.error_bounds import ErrorBounds, bounds_of
 from jaxdp.queries import MarginalWorkload
-from jaxdp.selection.annealed import WIDE, HostRule, RoundRecord, Schedule, estimated_total
+from jaxdp.selection.aim import WIDE, estimated_total
+from jaxdp.selection.host_rule import HostRule
+from jaxdp.selection.records import RoundRecord, Schedule
 from jaxdp.types import MARGINALS, Array, Charge, Key, Neighboring, Sensitive, pytree_dataclass, static_field
 
 logger = logging.getLogger("jaxdp.mechanisms.aim")
