@@ -42,6 +42,7 @@ from jaxdp.domain import (
     RawTable,
     TableSchema,
 )
+from jaxdp.domain.encode import LABEL_MATCHING
 from jaxdp.keys import require_key
 from jaxdp.types import Key
 
@@ -212,6 +213,8 @@ class TableCoding:
         for c in self.schema.columns:
             if isinstance(c, CategoricalColumn):
                 entry: dict[str, Any] = {"coding": "categories", "source": "public (schema)"}
+                if c.labels is not None:  # the rule, not what it changed: that would read the data
+                    entry["labels"] = LABEL_MATCHING
             elif self.real:
                 entry = {"coding": "real (normalised to the bounds)", "source": "public (schema)"}
             else:

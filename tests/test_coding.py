@@ -251,3 +251,23 @@ def test_a_pile_at_a_bound_is_released_as_that_value():
     coarse = dataclasses.replace(prepared.coding, cuts={"gain": np.array([781.0])}, fine={})
     spread = coarse.decode(coarse.encode(table), jax.random.key(1)).values["gain"]
     assert np.mean(spread == 0) < 0.01
+
+
+def test_labels_with_surrounding_spaces_meet_their_categories_and_the_report_says_so():
+    """Raw UCI Adult writes " State-gov": such a label is its category, and the description a
+    report carries states the rule (a fixed sentence: a count of changed cells would read the
+    data), for labelled categorical columns only."""
+    spaced = _table()
+    table = parse_table(
+        SCHEMA,
+        {
+            "age": spaced.values["age"],
+            "w": spaced.values["w"],
+            "colour": np.array([f"  {v} " if v else v for v in _table().columns()["colour"]], dtype=object),
+            "level": spaced.codes["level"],
+        },
+    )
+    np.testing.assert_array_equal(table.codes["colour"], spaced.codes["colour"])
+    described = _coding().describe()
+    assert described["colour"]["labels"].startswith("matched to the schema's categories after stripping")
+    assert "labels" not in described["level"] and "labels" not in described["age"]

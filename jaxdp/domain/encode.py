@@ -164,6 +164,11 @@ def _refill(empty: np.ndarray, filled: np.ndarray, blank: np.generic) -> np.ndar
     return out
 
 
+# How a raw label meets its category (`_codes`; the schema's categories are stripped the same way),
+# as the report states it.
+LABEL_MATCHING = "matched to the schema's categories after stripping surrounding whitespace"
+
+
 def _codes(column: CategoricalColumn, cells: np.ndarray) -> np.ndarray:
     """int32 codes of filled cells: labels where declared, integer codes otherwise."""
     if column.labels is not None:
