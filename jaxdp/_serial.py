@@ -45,6 +45,7 @@ MOVED = {
     "jaxdp.selection.annealed:RoundRecord": "jaxdp.selection.records:RoundRecord",
     "jaxdp.selection.annealed:Schedule": "jaxdp.selection.records:Schedule",
     "jaxdp.selection.annealed:Selected": "jaxdp.selection.records:Selected",
+    "jaxdp.queries.threshold:MixedMarginalQueries": "jaxdp.queries.mixed:MixedMarginalQueries",
 }
 
 

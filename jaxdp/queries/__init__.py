@@ -24,6 +24,15 @@ from jaxdp.queries.exact import (
     record_answers,
 )
 from jaxdp.queries.histogram import DEFAULT_MAX_CELLS, check_enumerable, histogram_marginals
+from jaxdp.queries.mixed import (
+    MixedMarginalQueries,
+    mixed_marginal_answers,
+    mixed_marginal_grid,
+    mixed_query_on_record,
+    mixed_query_relaxed,
+    random_mixed_marginals,
+    relaxed_mixed_marginal_answers,
+)
 from jaxdp.queries.relaxed import (
     RelaxedPlan,
     categorical_columns,
@@ -36,19 +45,12 @@ from jaxdp.queries.relaxed import (
 from jaxdp.queries.sharded import records_mesh, shard_records, sharded_marginal_counts, spans_processes
 from jaxdp.queries.threshold import (
     LinearThresholdQueries,
-    MixedMarginalQueries,
     RandomLinearThresholds,
     linear_threshold_answers,
     linear_threshold_on_record,
     linear_threshold_relaxed,
-    mixed_marginal_answers,
-    mixed_marginal_grid,
-    mixed_query_on_record,
-    mixed_query_relaxed,
     random_linear_thresholds,
-    random_mixed_marginals,
     relaxed_linear_threshold_answers,
-    relaxed_mixed_marginal_answers,
     soft_leq,
     tempered_sigmoid,
 )
