@@ -62,9 +62,10 @@ FLOORS = {
     "jaxdp.quality_html": 1,
     "jaxdp.cli_model": 14,
     "jaxdp.synthesizer": 14,
-    "jaxdp.cli": 15,
-    "jaxdp.__main__": 16,
-    "jaxdp": 17,  # the package's __init__: its public face, above everything it re-exports
+    "jaxdp.cli_parser": 15,
+    "jaxdp.cli": 16,
+    "jaxdp.__main__": 17,
+    "jaxdp": 18,  # the package's __init__: its public face, above everything it re-exports
 }
 
 
