@@ -46,6 +46,9 @@ MOVED = {
     "jaxdp.selection.annealed:Schedule": "jaxdp.selection.records:Schedule",
     "jaxdp.selection.annealed:Selected": "jaxdp.selection.records:Selected",
     "jaxdp.queries.threshold:MixedMarginalQueries": "jaxdp.queries.mixed:MixedMarginalQueries",
+    "jaxdp.samplers:GaussianLattice": "jaxdp.samplers.lattices:GaussianLattice",
+    "jaxdp.samplers:GaussianParams": "jaxdp.samplers.laws:GaussianParams",
+    "jaxdp.samplers:DyadicRate": "jaxdp.samplers.draws:DyadicRate",
 }
 
 

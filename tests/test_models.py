@@ -174,6 +174,26 @@ def test_a_model_saved_before_its_classes_moved_loads_and_samples_the_same(relea
         jaxdp.load_model(_renamed(path, tmp_path, stranger))
 
 
+def test_a_compiled_mechanisms_model_saved_before_the_samplers_moved_loads(released, tmp_path):
+    """A compiled mechanism's model holds its noise scales' sampler parameters (`GaussianParams`,
+    `DyadicRate`), which lived in one module `jaxdp.samplers` before it became a package."""
+    table = released[0]
+    result = jaxdp.synthesize(
+        table, SCHEMA, mechanism="mwem", epsilon=1.0, key=jax.random.key(2), workload="all-2way", rounds=3
+    )
+    path = result.model.save(tmp_path / "mwem.jaxdp")
+    with open(path, "rb") as fh:
+        written = json.dumps(_serial.read_zip(fh)[0])
+    old_names = {now: then for then, now in _serial.MOVED.items() if f'"{now}"' in written}
+    assert {"jaxdp.samplers:GaussianParams", "jaxdp.samplers:DyadicRate"} <= set(old_names.values())
+    older = jaxdp.load_model(_renamed(path, tmp_path, old_names))
+    key = jax.random.key(4)
+    for name in SCHEMA["columns"]:
+        np.testing.assert_array_equal(
+            older.sample(key).columns()[name], result.model.sample(key).columns()[name]
+        )
+
+
 def _brute_joint(model: pgm.Model) -> np.ndarray:
     log_p = np.zeros(model.sizes)
     for clique, table in zip(model.cliques, model.potentials, strict=True):
