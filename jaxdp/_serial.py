@@ -49,6 +49,8 @@ MOVED = {
     "jaxdp.samplers:GaussianLattice": "jaxdp.samplers.lattices:GaussianLattice",
     "jaxdp.samplers:GaussianParams": "jaxdp.samplers.laws:GaussianParams",
     "jaxdp.samplers:DyadicRate": "jaxdp.samplers.draws:DyadicRate",
+    "jaxdp.mechanisms.adaptive:SelectionClass": "jaxdp.mechanisms.query_classes:SelectionClass",
+    "jaxdp.mechanisms.adaptive:QueryClass": "jaxdp.mechanisms.query_classes:QueryClass",
 }
 
 

@@ -29,7 +29,8 @@ import numpy as np
 from jaxdp.domain import DataError, Dataset
 from jaxdp.families.mixed import MixedRows
 from jaxdp.keys import require_key
-from jaxdp.mechanisms.adaptive import Adaptive, QueryClass, adaptive
+from jaxdp.mechanisms.adaptive import Adaptive, adaptive
+from jaxdp.mechanisms.query_classes import QueryClass
 from jaxdp.mechanisms.registry import MechanismSpec, register
 from jaxdp.queries import (
     LinearThresholdQueries,
