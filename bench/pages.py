@@ -42,6 +42,22 @@ def latest(rows: Iterable[dict], case: Callable[[dict], tuple]) -> dict[tuple, d
     return current
 
 
+def over_seeds(rows: Iterable[dict], case: Callable[[dict], tuple]) -> dict[tuple, list[dict]]:
+    """Each case's current runs, one per seed (the latest record of each case and seed)."""
+    grouped: dict[tuple, list[dict]] = {}
+    for key, row in latest(rows, lambda r: (*case(r), r["seed"])).items():
+        grouped.setdefault(key[:-1], []).append(row)
+    return grouped
+
+
+def mean_of(rows: list[dict], key: str) -> float:
+    return statistics.fmean(r[key] for r in rows)
+
+
+def commits(rows: list[dict]) -> str:
+    return ", ".join(sorted({commit(r) for r in rows}))
+
+
 def commit(row: dict) -> str:
     return str(row.get("code_commit") or row.get("commit") or "?")
 
@@ -156,119 +172,91 @@ def accuracy_floors() -> Section:
     )
 
 
-def _side_by_side(name: str, tables: Callable[[dict], str]) -> tuple[dict, set[str]]:
-    """{table: {(library, mechanism): [current rows, one per seed]}} of a side-by-side record."""
-    current = latest(
-        (r for r in records(name) if r.get("ok")),
-        lambda r: (tables(r), r["library"], r["mechanism"], r["seed"]),
-    )
+def _side_by_side(name: str, table: Callable[[dict], str]) -> dict[str, dict[tuple[str, str], list[dict]]]:
+    """{table: {(library, mechanism): [current runs, one per seed]}} of a side-by-side record."""
     grouped: dict[str, dict[tuple[str, str], list[dict]]] = {}
-    machines = set()
-    for (table_name, library, mechanism, _), row in current.items():
-        grouped.setdefault(table_name, {}).setdefault((library, mechanism), []).append(row)
-        machines.add(machine(row))
-    return grouped, machines
+    ok = (r for r in records(name) if r.get("ok"))
+    for (table_name, library, mechanism), rows in over_seeds(
+        ok, lambda r: (table(r), r["library"], r["mechanism"])
+    ).items():
+        grouped.setdefault(table_name, {})[(library, mechanism)] = rows
+    return grouped
 
 
-def _peer_rows(runs: dict[tuple[str, str], list[dict]]) -> list[list[str]]:
-    def mean(rows, key):
-        return statistics.fmean(r[key] for r in rows)
-
-    body = []
-    for (library, mechanism), rows in sorted(runs.items(), key=lambda kv: mean(kv[1], "mean_l1")):
-        body.append(
-            [
-                library,
-                f"`{mechanism}`",
-                str(len(rows)),
-                number(mean(rows, "mean_l1")),
-                number(mean(rows, "max_abs")),
-                number(_median([r["wall_s"] for r in rows]), 3),
-                ", ".join(sorted({commit(r) for r in rows})),
-            ]
-        )
-    return body
-
-
-PEER_HEADER = ["library", "mechanism", "seeds", "mean L1", "max abs", "process s", "bench commit"]
+def _peer_section(title: str, about: str, command: str, runs: dict[tuple[str, str], list[dict]]) -> Section:
+    """A side-by-side table, best mean L1 first, and its bar plot."""
+    ranked = sorted(runs.items(), key=lambda kv: mean_of(kv[1], "mean_l1"))
+    body = [
+        [
+            library,
+            f"`{mechanism}`",
+            str(len(rows)),
+            number(mean_of(rows, "mean_l1")),
+            number(mean_of(rows, "max_abs")),
+            number(_median([r["wall_s"] for r in rows]), 3),
+            commits(rows),
+        ]
+        for (library, mechanism), rows in ranked
+    ]
+    return Section(
+        title,
+        about,
+        command,
+        ["library", "mechanism", "seeds", "mean L1", "max abs", "process s", "bench commit"],
+        body,
+        {machine(r) for rows in runs.values() for r in rows},
+        (
+            "mean L1 (lower is better)",
+            [(f"{lib} {mech}", mean_of(rows, "mean_l1")) for (lib, mech), rows in ranked],
+        ),
+    )
 
 
 def against_dpsynth() -> list[Section]:
-    grouped, machines = _side_by_side("dpsynth.jsonl", lambda r: r["table"])
     sections = []
-    for table_name, runs in grouped.items():
+    for table_name, runs in _side_by_side("dpsynth.jsonl", lambda r: r["table"]).items():
         sizes = next(iter(runs.values()))[0]["sizes"]
-        best = sorted(runs.items(), key=lambda kv: statistics.fmean(r["mean_l1"] for r in kv[1]))
-        sections.append(
-            Section(
-                f"Against DPSynth: {table_name}",
-                f"{sizes['records']:,} records, {sizes['attributes']} attributes, {sizes['marginals']}"
-                " workload marginals; epsilon 1, delta 1e-9, add-remove. Each library's process run"
-                " end to end on the same table and workload, in the same run; the mean over seeds of"
-                " the mean L1 error per marginal and of the largest cell error.",
-                f"python bench/bench_dpsynth.py --tables {table_name}",
-                PEER_HEADER,
-                _peer_rows(runs),
-                machines,
-                (
-                    f"{table_name}: mean L1 (lower is better)",
-                    [
-                        (f"{lib} {mech}", statistics.fmean(r["mean_l1"] for r in rows))
-                        for (lib, mech), rows in best
-                    ],
-                ),
-            )
+        about = (
+            f"{sizes['records']:,} records, {sizes['attributes']} attributes, {sizes['marginals']}"
+            " workload marginals; epsilon 1, delta 1e-9, add-remove. Each library's process run"
+            " end to end on the same table and workload, in the same run; the mean over seeds of"
+            " the mean L1 error per marginal and of the largest cell error."
         )
+        command = f"python bench/bench_dpsynth.py --tables {table_name}"
+        sections.append(_peer_section(f"Against DPSynth: {table_name}", about, command, runs))
     return sections
 
 
 def against_peers_on_adult6() -> Section:
-    grouped, machines = _side_by_side("peers_e2e_adult6.jsonl", lambda r: "adult6")
-    runs = grouped["adult6"]
-    return Section(
+    return _peer_section(
         "Against SmartNoise and dpmm: ADULT, six attributes",
         "ADULT's age, education-num, marital-status, occupation, sex and income (48,842 records),"
         " the 20 marginals of up to 3 of them; epsilon 1, delta 1e-9. Every library's command run"
         " end to end, side by side, in one run.",
         "python bench/peers.py --seeds 0 1 2 3 4",
-        PEER_HEADER,
-        _peer_rows(runs),
-        machines,
-        (
-            "adult6: mean L1 (lower is better)",
-            [
-                (f"{lib} {mech}", statistics.fmean(r["mean_l1"] for r in rows))
-                for (lib, mech), rows in sorted(
-                    runs.items(), key=lambda kv: statistics.fmean(r["mean_l1"] for r in kv[1])
-                )
-            ],
-        ),
+        _side_by_side("peers_e2e_adult6.jsonl", lambda r: "adult6")["adult6"],
     )
 
 
 def accountants() -> Section:
-    def case(r):
-        return (r["sizes"]["table"], r["mechanism"], r["epsilon"], r["delta"], r["conversion"], r["seed"])
-
-    grouped: dict[tuple, list[dict]] = {}
-    machines = set()
-    for key, row in latest(records("pld.jsonl"), case).items():
-        grouped.setdefault(key[:-1], []).append(row)
-        machines.add(machine(row))
-    body = []
-    for (table_name, mechanism, epsilon, delta, conversion), rows in sorted(grouped.items()):
-        body.append(
-            [
-                table_name,
-                f"`{mechanism}`",
-                f"{epsilon:g}, {delta:g}",
-                conversion,
-                str(len(rows)),
-                number(statistics.fmean(r["mean_l1"] for r in rows)),
-                number(statistics.fmean(r["epsilon_zcdp"] for r in rows), 4),
-                ", ".join(sorted({commit(r) for r in rows})),
-            ]
-        )
+    grouped = over_seeds(
+        records("pld.jsonl"),
+        lambda r: (r["sizes"]["table"], r["mechanism"], r["epsilon"], r["delta"], r["conversion"]),
+    )
+    machines = {machine(r) for rows in grouped.values() for r in rows}
+    body = [
+        [
+            table_name,
+            f"`{mechanism}`",
+            f"{epsilon:g}, {delta:g}",
+            conversion,
+            str(len(rows)),
+            number(mean_of(rows, "mean_l1")),
+            number(mean_of(rows, "epsilon_zcdp"), 4),
+            commits(rows),
+        ]
+        for (table_name, mechanism, epsilon, delta, conversion), rows in sorted(grouped.items())
+    ]
     return Section(
         "Accountants: what a tighter conversion buys",
         "The same mechanism at the same (epsilon, delta) calibrated by each accountant it supports"

@@ -150,3 +150,13 @@ def cli_env(cache_directory) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "JAXDP_NO_COMPILE_CACHE"}
     env["JAXDP_CACHE_DIR"] = str(cache_directory)
     return env
+
+
+# The registry's mechanisms whose rounds AIM's privacy filter schedules: a run needs at least one
+# round per attribute of the workload (`jaxdp.selection.AIMSelection.bind`).
+AIM_FILTERED = ("aim", "aim-gdp", "aim-gem")
+
+
+def small_rounds(name: str, attributes: int, otherwise: int) -> int:
+    """Rounds for a short test run of mechanism `name` over `attributes` attributes."""
+    return attributes if name in AIM_FILTERED else otherwise

@@ -17,6 +17,7 @@ import pytest
 import jaxdp
 from jaxdp import api, datasets
 from jaxdp.cli import main
+from tests.conftest import small_rounds
 
 ADULT_SIZES = datasets.domain("adult").sizes
 
@@ -334,11 +335,8 @@ def _tiny_csvs(tmp_path):
     return data
 
 
-# Rounds small enough for the tiny table (AIM's T is at least the workload's 4 attributes).
+# Rounds small enough for the tiny table (AIM's filter: `small_rounds`).
 PAIR_ROUNDS = {
-    "aim": 4,
-    "aim-gdp": 4,
-    "aim-gem": 4,
     "dualquery": 2,
     "fem": 2,
     "mwem": 2,
@@ -346,6 +344,12 @@ PAIR_ROUNDS = {
     "pmw-pub": 2,
     "pep-pub": 2,
 }
+
+
+def _pair_rounds(name: str) -> int:
+    return small_rounds(name, 4, PAIR_ROUNDS.get(name, 1))  # the tiny table's 4 attributes
+
+
 REGISTRY_PAIRS = [(name, r.value) for name, spec in api.MECHANISMS.items() for r in spec.relations]
 
 
@@ -358,7 +362,7 @@ def test_every_mechanism_runs_under_every_relation_the_registry_allows(tmp_path,
     argv += ["--relation", relation, "--workload", "all-2way", "--out", str(tmp_path / "o.csv")]
     argv += ["--report", str(tmp_path / "r.json"), "--errors", str(tmp_path / "e.json")]
     if not (spec.one_round or spec.fixed_rounds):
-        argv += ["--rounds", str(PAIR_ROUNDS.get(name, 1))]
+        argv += ["--rounds", str(_pair_rounds(name))]
     if spec.public:
         argv += ["--public", str(tmp_path / "public.csv")]
     assert main(argv) == 0
@@ -389,10 +393,10 @@ def test_one_default_relation_per_mechanism_in_the_cli_the_api_and_the_report(tm
     default = api.MECHANISMS[name].relations[0].value
     argv = ["synth", "--mechanism", name, "--data", str(tmp_path / "data.csv"), "--domain"]
     argv += [str(tmp_path / "domain.json"), "--epsilon", "1", "--seed", "0", "--workload", "all-2way"]
-    argv += ["--rounds", str(PAIR_ROUNDS.get(name, 1))] if name != "independent" else []
+    argv += ["--rounds", str(_pair_rounds(name))] if name != "independent" else []
     assert main([*argv, "--out", str(tmp_path / "o.csv"), "--report", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["relation"] == default
-    options = {"rounds": PAIR_ROUNDS.get(name, 1)} if name != "independent" else {}
+    options = {"rounds": _pair_rounds(name)} if name != "independent" else {}
     result = jaxdp.synthesize(
         data, None, mechanism=name, epsilon=1.0, key=jax.random.key(0), workload="all-2way", **options
     )

@@ -33,6 +33,7 @@ from jaxdp import api
 from jaxdp.domain import Dataset, load_domain, read_csv, write_csv
 from jaxdp.types import Sensitive
 from tests._needles import found_in, marginal, needles
+from tests.conftest import small_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {"a": 5, "b": 7, "c": 6, "d": 4, "e": 9}
@@ -124,10 +125,6 @@ def _probe(tmp: Path, jobs: list[list[str]], *, bake: Path | None = None, env: d
     }
 
 
-# AIM's filter needs at least one round per attribute of the workload.
-ROUNDS = {"aim": len(SIZES), "aim-gem": len(SIZES), "aim-gdp": len(SIZES)}
-
-
 def _jobs(csv: Path, tmp: Path, mechanisms: list[str]) -> list[list[str]]:
     """`synth` with every output file for each mechanism, then `evaluate` against another table."""
     data = ["--data", str(csv), "--domain", str(csv.with_suffix(".json")), "--workload", "all-2way"]
@@ -135,7 +132,11 @@ def _jobs(csv: Path, tmp: Path, mechanisms: list[str]) -> list[list[str]]:
     for name in mechanisms:
         spec = api.MECHANISMS[name]
         argv = ["synth", "--mechanism", name, *data, "--epsilon", "1", "--seed", SEED]
-        argv += [] if spec.one_round or spec.fixed_rounds else ["--rounds", str(ROUNDS.get(name, 2))]
+        argv += (
+            []
+            if spec.one_round or spec.fixed_rounds
+            else ["--rounds", str(small_rounds(name, len(SIZES), 2))]
+        )
         argv += ["--public", str(tmp / "public.csv")] if spec.public else []
         argv += ["--out", str(tmp / f"{name}.csv"), "--report", str(tmp / f"{name}.json")]
         jobs.append([*argv, "--errors", str(tmp / f"{name}-errors.json")])

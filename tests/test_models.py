@@ -155,23 +155,32 @@ def _renamed(path, tmp_path, names: dict[str, str]):
     return older
 
 
+def _as_written_before(model, tmp_path, name: str):
+    """`model` saved, and the same file with every class `_serial.MOVED` knows named at its old
+    place: (the file's old names, the model read back from the rewritten file)."""
+    path = model.save(tmp_path / name)
+    with open(path, "rb") as fh:
+        written = json.dumps(_serial.read_zip(fh)[0])
+    assert not any(f'"{then}"' in written for then in _serial.MOVED)  # written under the new names
+    old_names = {now: then for then, now in _serial.MOVED.items() if f'"{now}"' in written}
+    return set(old_names.values()), jaxdp.load_model(_renamed(path, tmp_path, old_names))
+
+
+def _samples_alike(one, other, key) -> None:
+    for name in SCHEMA["columns"]:
+        np.testing.assert_array_equal(one.sample(key).columns()[name], other.sample(key).columns()[name])
+
+
 def test_a_model_saved_before_its_classes_moved_loads_and_samples_the_same(released, tmp_path):
     """A file naming the classes where an earlier version defined them (`_serial.MOVED`) reads
     back as the model saved now; a class named at an old place it never had is still refused."""
     model = released[1].model
-    path = model.save(tmp_path / "model.jaxdp")
-    with open(path, "rb") as fh:
-        written = json.dumps(_serial.read_zip(fh)[0])
-    old_names = {now: then for then, now in _serial.MOVED.items() if f'"{now}"' in written}
+    old_names, older = _as_written_before(model, tmp_path, "model.jaxdp")
     assert len(old_names) >= 4, old_names  # the driver, its state, AIM's rule and its schedule
-    assert not any(f'"{then}"' in written for then in _serial.MOVED)  # written under the new names
-    older = jaxdp.load_model(_renamed(path, tmp_path, old_names))
-    key = jax.random.key(3)
-    for name in SCHEMA["columns"]:
-        np.testing.assert_array_equal(older.sample(key).columns()[name], model.sample(key).columns()[name])
+    _samples_alike(older, model, jax.random.key(3))
     stranger = {"jaxdp.mechanisms.host_loop:Annealed": "jaxdp.mechanisms.annealed:AnnealedRule"}
     with pytest.raises(jaxdp.ModelFileError):
-        jaxdp.load_model(_renamed(path, tmp_path, stranger))
+        jaxdp.load_model(_renamed(tmp_path / "model.jaxdp", tmp_path, stranger))
 
 
 def test_a_compiled_mechanisms_model_saved_before_the_samplers_moved_loads(released, tmp_path):
@@ -181,17 +190,9 @@ def test_a_compiled_mechanisms_model_saved_before_the_samplers_moved_loads(relea
     result = jaxdp.synthesize(
         table, SCHEMA, mechanism="mwem", epsilon=1.0, key=jax.random.key(2), workload="all-2way", rounds=3
     )
-    path = result.model.save(tmp_path / "mwem.jaxdp")
-    with open(path, "rb") as fh:
-        written = json.dumps(_serial.read_zip(fh)[0])
-    old_names = {now: then for then, now in _serial.MOVED.items() if f'"{now}"' in written}
-    assert {"jaxdp.samplers:GaussianParams", "jaxdp.samplers:DyadicRate"} <= set(old_names.values())
-    older = jaxdp.load_model(_renamed(path, tmp_path, old_names))
-    key = jax.random.key(4)
-    for name in SCHEMA["columns"]:
-        np.testing.assert_array_equal(
-            older.sample(key).columns()[name], result.model.sample(key).columns()[name]
-        )
+    old_names, older = _as_written_before(result.model, tmp_path, "mwem.jaxdp")
+    assert {"jaxdp.samplers:GaussianParams", "jaxdp.samplers:DyadicRate"} <= old_names
+    _samples_alike(older, result.model, jax.random.key(4))
 
 
 def _brute_joint(model: pgm.Model) -> np.ndarray:

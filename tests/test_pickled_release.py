@@ -31,14 +31,10 @@ from jaxdp.contract import public_mechanism
 from jaxdp.domain import Dataset, Domain
 from jaxdp.types import Sensitive, Withheld
 from tests._needles import found_in, marginal, needles
+from tests.conftest import small_rounds
 
 SIZES = {"a": 5, "b": 7, "c": 6, "d": 4, "e": 9}
 DOMAIN = Domain.from_sizes(SIZES)
-ROUNDS = {
-    "aim": len(SIZES),
-    "aim-gem": len(SIZES),
-    "aim-gdp": len(SIZES),
-}  # AIM's filter: a round per attribute at least
 QUICK = ("aim", "pep", "gaussian")  # the quick tier's: a host loop, a compiled scan, noisy answers
 
 
@@ -55,7 +51,7 @@ def _public() -> Dataset:
 
 def _options(name: str) -> dict:
     spec = api.MECHANISMS[name]
-    options = {} if spec.one_round or spec.fixed_rounds else {"rounds": ROUNDS.get(name, 2)}
+    options = {} if spec.one_round or spec.fixed_rounds else {"rounds": small_rounds(name, len(SIZES), 2)}
     return {**options, "public": _public()} if spec.public else options
 
 
