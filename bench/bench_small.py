@@ -28,7 +28,9 @@ codes spread by S: uniform or noisy, `jaxdp.families.Compression`); "refit-off"
 (AIM's last-fit refit off); "polish-off" (the release's polish skipped,
 `jaxdp.families.polish.polish` patched to return the records as drawn); "resolution-off"
 (AIM's round 0 calibrated for T = 16 d whatever the table's size: the schedule before issue
-#49, `jaxdp.selection.AIMSelection`'s resolution None).
+#49, `jaxdp.selection.AIMSelection`'s resolution None); "low-signal-off" (round 0 never takes
+alpha rho where the table is small against the noise: `jaxdp.selection.aim.LOW_SIGNAL` 0);
+"add-remove" (Independent under AIM's relation: its default is replace-one).
 
     PYTHONPATH=. python bench/bench_small.py --tables adult9 pums pile --mechanisms aim independent \
         --epsilons 0.1 1 10 --seeds 0 1 2 --out bench/results/small_tables.jsonl
@@ -55,6 +57,7 @@ from jaxdp import api
 from jaxdp.domain import Dataset, Domain
 from jaxdp.families import polish
 from jaxdp.queries import MarginalWorkload, all_kway
+from jaxdp.selection import aim as aim_selection
 
 SHARED = Path(os.environ.get("JAXDP_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 ADULT9 = (
@@ -144,6 +147,8 @@ def _bench_aim_table(name: str) -> Callable[[], Dataset]:
 
 
 TABLES: dict[str, Callable[[], Dataset]] = {"adult9": adult9, "pums": pums, "pile": pile}
+# the mechanisms whose round 0 follows AIMSelection's resolution (and so its LOW_SIGNAL floor)
+LOW_SIGNAL_RULED = ("aim", "aim-gdp", "aim-gem")
 # the tables the earlier accuracy work measured on (30,000-50,000 records), judged on every 3-way
 # marginal as there: "no worse on the others"
 LARGE = {
@@ -173,6 +178,16 @@ def _no_polish():
 
 
 @contextlib.contextmanager
+def _patched(module, name: str, value):
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+@contextlib.contextmanager
 def _together(contexts):
     with contextlib.ExitStack() as stack:
         for context in contexts:
@@ -193,8 +208,12 @@ def variant(mechanism: str, name: str) -> tuple[dict, contextlib.AbstractContext
     nothing = contextlib.nullcontext()
     if name == "default":
         return {}, nothing
+    if name == "add-remove":  # Independent under AIM's relation (its default is replace-one)
+        return ({"relation": "add-remove"}, nothing) if mechanism == "independent" else None
     if mechanism == "independent":
         return None
+    if name == "low-signal-off":
+        return ({}, _patched(aim_selection, "LOW_SIGNAL", 0.0)) if mechanism in LOW_SIGNAL_RULED else None
     if name == "polish-off":
         return {}, _no_polish()
     if name == "refit-off":

@@ -111,11 +111,14 @@ def aim(
             sigmas (a value the noise could merge or lose),
             round 0 measures them a second time, so that the two together
             have that noise, and the rounds after are calibrated for the fewer rounds T' that
-            takes (at least 2 d; `jaxdp.selection.AIMSelection`). None: the paper's schedule
-            for T. On three tables of 1,000-1,304 records (bench/HISTORY.md, "Small tables", 5
-            seeds) it cut AIM's mean L1 at epsilon 0.1 from 1.50-1.62 to 1.25-1.45 (below
-            Independent's on two, 1.02x it on PUMS) and at epsilon 1 by 8-20%; on the bench's
-            tables of 48,842-50,000 records it changes nothing at epsilon 1.
+            takes (at least 2 d, or d where the table is so small against the noise that even
+            the whole budget would measure its 1-way counts with noise above n / 20:
+            `jaxdp.selection.AIMSelection`). None: the paper's schedule for T. On three tables
+            of 1,000-1,304 records (bench/HISTORY.md, "Small tables", 5-20 seeds) it cut AIM's
+            mean L1 at epsilon 0.1 from 1.50-1.62 to 1.13-1.39 (0.78-0.83x Independent's on two,
+            1.01x it on PUMS under the same relation, 0.96x under Independent's default) and at
+            epsilon 1 by 8-20%; on the bench's tables of 48,842-50,000 records it changes
+            nothing at epsilon 1.
 
     Raises:
         ValueError: bad arguments; DataError: numeric columns, empty data, or a workload over

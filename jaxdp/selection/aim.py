@@ -51,6 +51,12 @@ ONE_WAY_RESOLUTION = 150.0
 FEWEST_ROUNDS = 2.0
 
 
+# ... and where even the whole measurement share spent on the 1-way counts (T' = d1) would measure
+# them with noise above n / LOW_SIGNAL, no later round can measure a marginal usefully: round 0
+# then spends alpha rho on them (T' = d1) and the one round left spends the rest
+LOW_SIGNAL = 20.0
+
+
 # ... and only where some noisy count of a WIDE attribute (the compression's `min_values`) is below
 # AT_RISK sigmas, MST's merge threshold: a value the noise could merge or lose. Narrow attributes
 # are not merged, and their rare values gain less from the top-up than the paper's many rounds
@@ -101,7 +107,9 @@ class AIMSelection(HostRule):
             round 0 measures them again (`one_way_top_up`) so that both measurements together
             have the noise of a run calibrated for the fewer rounds T' = 2 alpha rho (n / R)^2 /
             L2^2 (at least `FEWEST_ROUNDS` d1, d1 the 1-way marginals: round 0 then spends at
-            most half of the budget), and the rounds after are calibrated for T'
+            most half of the budget; at least d1 where even alpha rho spent on the 1-way counts
+            would measure them with noise above n / `LOW_SIGNAL`: round 0 then spends alpha rho
+            and the one round left the rest), and the rounds after are calibrated for T'
             (sigma and epsilon as if T' had been given; T still caps the rounds). Two
             Gaussian measurements of the same counts at sigma_1 and sigma_2 cost and tell what
             one at (sigma_1^-2 + sigma_2^-2)^-1/2 does, so the split loses nothing. None
@@ -193,10 +201,13 @@ class AIMSelection(HostRule):
     def calibrated_rounds(self, total: float, count: int, rho_budget: float) -> float:
         """T' (`resolution`): the rounds whose per-round noise sigma = L2 sqrt(T' / (2 alpha
         rho)) is total / resolution, within [max(FEWEST_ROUNDS count, 2), max_rounds] (not a
-        whole number: it calibrates sigma and epsilon, and the filter ends the run)."""
+        whole number: it calibrates sigma and epsilon, and the filter ends the run); the floor
+        is `count` (at least 2) where total is below LOW_SIGNAL times the sigma of T' = count,
+        the whole measurement share spent on the 1-way counts (a released estimate: `total`)."""
         if self.resolution is None:
             return float(self.max_rounds)
-        least = max(FEWEST_ROUNDS * count, 2.0)
+        whole = self.l2_sensitivity * math.sqrt(count / (2.0 * self.alpha * rho_budget))
+        least = max(count if total < LOW_SIGNAL * whole else FEWEST_ROUNDS * count, 2.0)
         target = max(total, 0.0) / self.resolution
         rounds = 2.0 * self.alpha * rho_budget * target**2 / self.l2_sensitivity**2
         return min(max(rounds, float(least)), float(self.max_rounds))

@@ -166,6 +166,17 @@ def test_threshold_and_spreads():
     np.testing.assert_allclose(none_positive.spread[0], [0.5, 0.5, 0.0])
     small = Compression(min_values=4).of(noisy, sigma=1.0)  # only the 4-value attribute may merge
     assert small.sizes == (3, 2, 3)
+    # "shrunk": towards the merged values' mean by the share of their spread that is not noise
+    group = [np.array([4.0, 9.0, 2.0, 5.0, 500.0])]  # the first four merged in each case
+    noise_only = Compression(threshold=3.0, spread="shrunk", min_values=1).of(group, sigma=100.0)
+    # the group's variance (26/3) is far below sigma^2: all noise, the uniform spread
+    np.testing.assert_allclose(noise_only.spread[0], [0.25, 0.25, 0.25, 0.25, 0.0])
+    exact = Compression(threshold=1e8, spread="shrunk", min_values=1).of(group, sigma=1e-6)
+    # no noise: the counts as measured
+    np.testing.assert_allclose(exact.spread[0], [0.2, 0.45, 0.1, 0.25, 0.0], rtol=1e-9)
+    between = Compression(threshold=30.0, spread="shrunk", min_values=1).of(group, sigma=2.0)
+    # variance 26/3, signal 14/3 of it: each count 14/26 of the way from the mean 5 to itself
+    np.testing.assert_allclose(between.spread[0][:4], (5 + 14 / 26 * (group[0][:4] - 5)) / 20, rtol=1e-12)
     with pytest.raises(ValueError, match="threshold"):
         Compression(threshold=0.0).checked()
     with pytest.raises(ValueError, match="spread"):
