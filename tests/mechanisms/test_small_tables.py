@@ -137,40 +137,49 @@ def test_round_zero_is_topped_up_only_where_a_wide_attributes_count_is_near_the_
     assert rounds == {False: 1, True: 2}
 
 
-def _top_up_ledgers(monkeypatch, true_size: bool) -> list:
-    """Round 0's ledger on two tables of 4,000 and 6,000 records (epsilon 1: T' between 2 d and T,
-    so it follows the size), round 0 forced to release the same counts. `true_size`: the mutation
-    that gives the top-up the table's true size (`total = len(data)` in
-    `Annealed._initialise`) in place of the one estimated from the release."""
-    tables = [_pile_table(n=4000), _pile_table(n=6000, seed=1)]
+# (table sizes, epsilon, the forced release's size over the first table's): at epsilon 1, T'
+# between 2 d and T, so the second sigma follows the size; at epsilon 0.1 the sizes straddle the
+# low-signal threshold (LOW_SIGNAL sigma ~ 2,440 records: T' floored at d below it, 2 d above)
+# and the release says 1,500 records
+TOP_UPS = {"resolution": ((4000, 6000), 1.0, 1.25), "low signal": ((1500, 4000), 0.1, 1.0)}
+
+
+def _top_up_ledgers(monkeypatch, true_size: bool, case: str) -> list:
+    """Round 0's ledger on the two tables of `TOP_UPS[case]`, round 0 forced to release the same
+    counts. `true_size`: the mutation that gives the top-up the table's true size (`total =
+    len(data)` in `Annealed._initialise`) in place of the one estimated from the release."""
+    sizes, epsilon, scale = TOP_UPS[case]
+    tables = [_pile_table(n=sizes[0]), _pile_table(n=sizes[1], seed=1)]
     forced = (
         np.concatenate(
             [np.bincount(tables[0].codes[:, a], minlength=s) for a, s in enumerate(tables[0].domain.sizes)]
         )
-        * 1.25
-    )  # a release of 5,000 records
+        * scale
+    )
     round_zero_releases(monkeypatch, forced)
     ledgers = []
     for data in tables:
         if true_size:
             size = float(len(data))
             monkeypatch.setattr(host_loop, "estimated_total", lambda noisy, n=size: n)
-        ledgers.append(loop.run(_registry("aim", data, 1.0), jax.random.key(1), rounds=1).ledger)
+        ledgers.append(loop.run(_registry("aim", data, epsilon), jax.random.key(1), rounds=1).ledger)
     return ledgers
 
 
-def test_the_top_up_reads_round_zeros_release_only(monkeypatch):
+@pytest.mark.parametrize("case", TOP_UPS)
+def test_the_top_up_reads_round_zeros_release_only(monkeypatch, case):
     """The second measurement's sigma is a function of the first's released counts (the table's
-    size estimated from them, `estimated_total`): two tables of different sizes made to release
-    the same counts get the same ledger. Negative control
-    (`test_a_top_up_that_reads_the_true_size_is_caught`): given the true sizes, their second
-    sigmas differ."""
-    first, second = _top_up_ledgers(monkeypatch, true_size=False)
+    size estimated from them, `estimated_total`), both where it follows the size and where the
+    low-signal floor decides it: two tables of different sizes made to release the same counts
+    get the same ledger. Negative control (`test_a_top_up_that_reads_the_true_size_is_caught`):
+    given the true sizes, their second sigmas differ."""
+    first, second = _top_up_ledgers(monkeypatch, False, case)
     assert len(first) == 2 and [e.to_json() for e in first] == [e.to_json() for e in second]
 
 
-def test_a_top_up_that_reads_the_true_size_is_caught(monkeypatch):
-    first, second = _top_up_ledgers(monkeypatch, true_size=True)
+@pytest.mark.parametrize("case", TOP_UPS)
+def test_a_top_up_that_reads_the_true_size_is_caught(monkeypatch, case):
+    first, second = _top_up_ledgers(monkeypatch, True, case)
     assert len(first) == len(second) == 2 and first[1].scale != second[1].scale
 
 
