@@ -47,6 +47,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import jax
 import numpy as np
@@ -168,26 +169,6 @@ def workload_of(data: Dataset, max_cells: int | None = MAX_CELLS) -> MarginalWor
 
 
 @contextlib.contextmanager
-def _no_polish():
-    original = polish.polish
-    polish.polish = lambda key, codes, answers, workload: codes
-    try:
-        yield
-    finally:
-        polish.polish = original
-
-
-@contextlib.contextmanager
-def _patched(module, name: str, value):
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
-@contextlib.contextmanager
 def _together(contexts):
     with contextlib.ExitStack() as stack:
         for context in contexts:
@@ -213,9 +194,13 @@ def variant(mechanism: str, name: str) -> tuple[dict, contextlib.AbstractContext
     if mechanism == "independent":
         return None
     if name == "low-signal-off":
-        return ({}, _patched(aim_selection, "LOW_SIGNAL", 0.0)) if mechanism in LOW_SIGNAL_RULED else None
+        return (
+            ({}, mock.patch.object(aim_selection, "LOW_SIGNAL", 0.0))
+            if mechanism in LOW_SIGNAL_RULED
+            else None
+        )
     if name == "polish-off":
-        return {}, _no_polish()
+        return {}, mock.patch.object(polish, "polish", lambda key, codes, answers, workload: codes)
     if name == "refit-off":
         return ({"refit": None}, nothing) if mechanism == "aim" else None
     if name == "resolution-off":

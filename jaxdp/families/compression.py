@@ -105,20 +105,21 @@ class Compression:
         """(size,) unnormalised shares of the merged code for the values not kept (`spread`)."""
         if self.spread == "uniform":
             return np.ones_like(counts)
-        if self.spread == "noisy" or (~keep).sum() < 2:
-            return np.maximum(counts, 0.0)
-        return np.maximum(shrunk_counts(counts[~keep], sigma, counts), 0.0)
+        weights = np.maximum(counts, 0.0)
+        if self.spread == "shrunk" and not keep.all():  # `of` merges two values or none
+            weights[~keep] = np.maximum(shrunk_counts(counts[~keep], sigma), 0.0)
+        return weights
 
 
-def shrunk_counts(group: np.ndarray, sigma: float, counts: np.ndarray) -> np.ndarray:
-    """`counts` shrunk towards the mean of `group` (noisy counts measured with Gaussian noise of
-    scale `sigma`) by the share of the group's spread that is not noise: James and Stein's
-    positive-part estimator, the signal variance estimated as the group's sample variance less
-    sigma^2. Where the counts are all noise the shrink is complete (their mean: the uniform
-    spread); where their spread dwarfs the noise it is none (the counts as measured)."""
-    mean = float(np.mean(group))
-    signal = max(float(np.var(group, ddof=1)) - sigma**2, 0.0)
-    return mean + signal / (signal + sigma**2) * (counts - mean)
+def shrunk_counts(noisy: np.ndarray, sigma: float) -> np.ndarray:
+    """Noisy counts (Gaussian noise of scale `sigma`, at least two) shrunk towards their mean by
+    the share of their spread that is not noise: James and Stein's positive-part estimator, the
+    signal variance estimated as their sample variance less sigma^2. Where the counts are all
+    noise the shrink is complete (their mean: the uniform spread); where their spread dwarfs the
+    noise it is none (the counts as measured)."""
+    mean = float(np.mean(noisy))
+    signal = max(float(np.var(noisy, ddof=1)) - sigma**2, 0.0)
+    return mean + signal / (signal + sigma**2) * (noisy - mean)
 
 
 class CompressedDomain(NamedTuple):
