@@ -43,7 +43,7 @@ reader, path = sys.argv[1], sys.argv[2]
 import jaxdp
 from jaxdp.domain import Dataset, read_columns
 import pandas
-domain = jaxdp.datasets.domain("adult")
+domain = jaxdp.datasets.domain("adult").without_labels()  # the files hold codes
 
 def resident_kb():
     with open("/proc/self/status") as fh:

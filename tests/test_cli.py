@@ -19,7 +19,8 @@ from jaxdp import api, datasets
 from jaxdp.cli import main
 from tests.conftest import small_rounds
 
-ADULT_SIZES = datasets.domain("adult").sizes
+ADULT = datasets.domain("adult")
+ADULT_SIZES = ADULT.sizes
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +32,23 @@ def adult_run(tmp_path_factory):
     return out
 
 
-def _read_codes(path):
+def _read_codes(path, domain=ADULT):
+    """A written CSV's header and codes: labels mapped back through the domain's own lists."""
     with open(path) as fh:
         rows = list(csv.reader(fh))
-    return rows[0], np.array(rows[1:], dtype=np.int64)
+    columns = []
+    for j, name in enumerate(rows[0]):
+        labels = domain[name].labels
+        code = {label: i for i, label in enumerate(labels)}.__getitem__ if labels else int
+        columns.append([code(row[j]) for row in rows[1:]])
+    return rows[0], np.array(columns, dtype=np.int64).T
 
 
 def test_synth_writes_in_domain_rows_and_a_report(adult_run):
     header, codes = _read_codes(adult_run / "s.csv")
-    assert header == list(datasets.domain("adult").names)
+    assert header == list(ADULT.names)
+    with open(adult_run / "s.csv") as fh:  # the bundled table's labels, not its codes
+        assert next(csv.DictReader(fh))["sex"] in {"Female", "Male"}
     assert codes.shape == (48842, 13)
     assert (codes >= 0).all() and (codes < np.array(ADULT_SIZES)).all()
     report = json.loads((adult_run / "r.json").read_text())
@@ -76,7 +85,7 @@ def test_evaluate_agrees_with_numpy(adult_run, tmp_path, capsys, k):
 
     write_csv(real_path, datasets.load("adult"))
     domain_path = tmp_path / "domain.json"
-    domain_path.write_text(json.dumps(dict(zip(datasets.domain("adult").names, ADULT_SIZES, strict=True))))
+    domain_path.write_text(json.dumps(ADULT.to_json()))
     capsys.readouterr()
     argv = ["evaluate", "--real", str(real_path), "--synth", str(adult_run / "s.csv")]
     assert main([*argv, "--domain", str(domain_path), "--workload", f"all-{k}way"]) == 0
@@ -146,7 +155,7 @@ def test_synth_reads_a_parquet_table_as_it_reads_the_same_csv(tmp_path):
     import pyarrow
     import pyarrow.parquet
 
-    data = jaxdp.datasets.load("adult-reduced")
+    data = jaxdp.datasets.load("adult-reduced").without_labels()
     (tmp_path / "domain.json").write_text(
         json.dumps(dict(zip(data.domain.names, data.domain.sizes, strict=True)))
     )
@@ -277,7 +286,7 @@ def test_mechanisms_run_on_a_csv_with_a_domain_file(tmp_path, name):
     from jaxdp.domain import Dataset, write_csv
 
     full = datasets.load("adult-reduced")
-    data = Dataset(full.domain, full.codes[:3000], full.numeric[:3000])
+    data = Dataset(full.domain.without_labels(), full.codes[:3000], full.numeric[:3000])
     write_csv(tmp_path / "data.csv", data)
     (tmp_path / "domain.json").write_text(
         json.dumps(dict(zip(data.domain.names, data.domain.sizes, strict=True)))
@@ -304,7 +313,7 @@ def test_mechanisms_run_on_a_csv_with_a_domain_file(tmp_path, name):
         str(tmp_path / "o.csv"),
     ]
     assert main(argv) == 0
-    header, codes = _read_codes(tmp_path / "o.csv")
+    header, codes = _read_codes(tmp_path / "o.csv", data.domain)
     assert header == list(data.domain.names) and len(codes) == 3000
 
 
@@ -373,7 +382,7 @@ def test_every_mechanism_runs_under_every_relation_the_registry_allows(tmp_path,
     assert ("relaxed" in errors) == spec.relaxed  # the fitted distribution's own errors, besides the records'
     assert ("best_mixture_error" in errors) == spec.public
     if report["output"] == "synthetic records":
-        header, codes = _read_codes(tmp_path / "o.csv")
+        header, codes = _read_codes(tmp_path / "o.csv", data.domain)
         assert header == list(data.domain.names) and len(codes) > 0
         assert (codes >= 0).all() and (codes < np.array(data.domain.sizes)).all()
 

@@ -244,7 +244,7 @@ def test_a_conditional_release_follows_the_models_conditional():
     per-group rounding and the polish, against a standard deviation of about 30 for records drawn
     independently)."""
     model, workload = _aim_model()
-    where = {"education": [1, 2]}
+    where = {"education": ["11th", "12th"]}  # codes 1 and 2
     wanted = condition(where, model.domain, None)
     state, probability = model.mechanism.conditioned(model.state, wanted.weights)
     assert 0.0 < probability < 1.0
@@ -381,7 +381,7 @@ def test_a_histogram_conditions_exactly():
     expected = before[cells].reshape(5, 2) * weight[:, None]
     assert probability == pytest.approx(expected.sum(), rel=1e-5)
     np.testing.assert_allclose(after[cells].reshape(5, 2), expected / probability, atol=1e-6)
-    records = model.sample(jax.random.key(1), rows=3000, where={"race": [0, 2]})
+    records = model.sample(jax.random.key(1), rows=3000, where={"race": ["Amer-Indian-Eskimo", "Black"]})
     assert len(records) == 3000 and set(np.unique(records.codes[:, 3])) <= {0, 2}
 
 
@@ -393,11 +393,17 @@ def test_a_family_without_an_exact_conditional_samples_by_rejection():
     mechanism = api.build("independent", data, all_kway(data.domain.sizes, 2), epsilon=1.0, delta=1e-9)
     model = jaxdp.model(mechanism, jaxdp.run(mechanism, jax.random.key(0)).state, domain=data.domain)
     assert model.mechanism.conditioned(model.state, {4: np.array([0.0, 1.0])}) is None
-    records = model.sample(jax.random.key(1), rows=3000, where={"sex": 1, "race": [0, 1]})
+    records = model.sample(
+        jax.random.key(1),
+        rows=3000,
+        where={"sex": "Male", "race": ["Amer-Indian-Eskimo", "Asian-Pac-Islander"]},
+    )
     assert len(records) == 3000
     assert set(np.unique(records.codes[:, 4])) == {1} and set(np.unique(records.codes[:, 3])) <= {0, 1}
     with pytest.raises(ValueError, match="below the 1%"):
-        model.sample(jax.random.key(1), rows=10, where={"education": 0, "race": 4, "occupation": 0})
+        model.sample(
+            jax.random.key(1), rows=10, where={"education": "10th", "race": "White", "occupation": "?"}
+        )
 
 
 def test_answers_releases_have_no_records_to_sample(released):

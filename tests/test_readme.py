@@ -37,7 +37,7 @@ def test_the_release_workflow_runs_as_written(tmp_path, monkeypatch):
         assert done.returncode == 0, done.stderr[-2000:]
     women = (tmp_path / "women.csv").read_text().splitlines()
     header = women[0].split(",")
-    assert len(women) == 100_001 and {row.split(",")[header.index("sex")] for row in women[1:]} == {"0"}
+    assert len(women) == 100_001 and {row.split(",")[header.index("sex")] for row in women[1:]} == {"Female"}
     assert "Not private." in (tmp_path / "report.html").read_text()
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}

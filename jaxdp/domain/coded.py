@@ -113,6 +113,14 @@ class Domain:
             out["target"] = self.target
         return out
 
+    def without_labels(self) -> Domain:
+        """The same attributes with categorical labels dropped: the domain a table of integer codes
+        is read with, whatever labels its columns have."""
+        bare = (
+            dataclasses.replace(a, labels=None) if isinstance(a, Categorical) else a for a in self.attributes
+        )
+        return Domain(tuple(bare), self.target)
+
     # -- views ----------------------------------------------------------------------------------
 
     def __getitem__(self, name: str) -> Attribute:

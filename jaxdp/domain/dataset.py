@@ -99,6 +99,10 @@ class Dataset:
             numeric[:, j] = (table.values[a.name] - a.lower) / (a.upper - a.lower)
         return cls(domain, codes, numeric)
 
+    def without_labels(self) -> Dataset:
+        """The same records against the domain without its labels: written and read as codes."""
+        return dataclasses.replace(self, domain=self.domain.without_labels())
+
     # -- views ----------------------------------------------------------------------------------
 
     def to_table(self) -> RawTable:
