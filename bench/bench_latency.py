@@ -11,17 +11,18 @@ with JAX's compile-duration listeners attached, so its seconds split into
 - run: the rest of the job (execution, host work);
 - startup_exit: interpreter start and teardown (the whole wall time minus the above).
 
-Cases (issue #17): `evaluate` on the 14-attribute Private-PGM ADULT, all 364 3-way marginals, next to
-a plain NumPy bincount script doing the same (`bench/numpy_marginal_errors.py`); PEP on the bundled
-ADULT-reduced, T = 25; GEM on the bundled ADULT, T = 50; RAP-softmax on the bundled ADULT, its
-defaults. Variants: `cold` (an empty cache directory: the first run), `warm` (the cache a
-previous run filled), `warm, epsilon 2` (the same cache, filled at epsilon 1, for a run at
-epsilon 2: a new budget is a new program only where the noise scales are compiled in) and
-`no-cache` (`--no-compile-cache`). `--code NAME=PATH` runs another checkout's CLI (e.g. an older
-commit in a temporary worktree) alternating with this one within every repeat; code without the
-cache runs only as `no-cache`. Records hold the median [min, max] over repeats of wall and CPU
-seconds (user + system: less sensitive to a busy host than wall time), the phases' medians, the load
-average before and after, and each checkout's commit.
+Cases (issue #17): `evaluate` on the 14-attribute Private-PGM ADULT, all 364 3-way marginals, next
+to a plain NumPy bincount script doing the same (`bench/numpy_marginal_errors.py`); PEP on the
+bundled ADULT-reduced, T = 25; GEM on the bundled ADULT, T = 50; RAP-softmax on the bundled ADULT,
+its defaults; `aim`, the README's main job; `aim-pums`, AIM on `bench_small.py`'s 1,000-record PUMS
+table as `bench_dpsynth.py` runs it (needs ../shared/data). Variants: `cold` (an empty cache
+directory: the first run), `warm` (the cache a previous run filled), `warm, epsilon 2` (the same
+cache, filled at epsilon 1, for a run at epsilon 2: a new budget is a new program only where the
+noise scales are compiled in) and `no-cache` (`--no-compile-cache`). `--code NAME=PATH` runs another
+checkout's CLI (e.g. an older commit in a temporary worktree) alternating with this one within every
+repeat; code without the cache runs only as `no-cache`. Records hold the median [min, max] over
+repeats of wall and CPU seconds (user + system: less sensitive to a busy host than wall time), the
+phases' medians, the load average before and after, and each checkout's commit.
 
     PYTHONPATH=. python bench/bench_latency.py --cases evaluate pep --repeats 5
     git worktree add /tmp/jaxdp-base <commit>
@@ -89,12 +90,26 @@ CASES = {
         "1",
         *_SYNTH_OUT,
     ],
+    # the README's main job: AIM on the bundled ADULT for the workload it ships with
+    "aim": [
+        *("synth", "--mechanism", "aim", "--dataset", "adult", "--workload", "adult-target"),
+        *("--epsilon", "1", *_SYNTH_OUT),
+    ],
+    # AIM on bench_small's pums (1,000 records, attributes of up to 95 values) as bench_dpsynth.py
+    # runs it, where DPSynth's AIM takes 36-90 s and the target is a tenth of that
+    "aim-pums": [
+        *("synth", "--mechanism", "aim", "--data", "{tmp}/pums.csv", "--domain", "{tmp}/pums-domain.json"),
+        *("--workload", "{tmp}/workload.json", "--relation", "add-remove", "--epsilon", "1"),
+        *("--delta", "1e-9", "--rows", "1000", *_SYNTH_OUT),
+    ],
 }
 TARGETS = {
     "evaluate": "cold no slower than the NumPy script; warm 3x faster than it",
     "pep": "whole process <= 5 s cold on the 2-core CPU (issue #24)",
     "gem": "whole process <= 60 s (one GPU, cold: <= 12 s, issue #24)",
     "rap-softmax": "one GPU, cold: <= 15 s (issue #24)",
+    "aim": "the README's main job: no target of its own",
+    "aim-pums": "whole process <= 1/10 of DPSynth's AIM on the same table (bench_dpsynth.py)",
 }
 
 
@@ -154,6 +169,19 @@ def _synthetic_table(pgm: Path, tmp: Path) -> None:
         np.savetxt(fh, shuffled, fmt="%d", delimiter=",")
 
 
+def _pums_table(tmp: Path) -> None:
+    """bench_small's pums table, its domain and its workload (every 3-way marginal of at most
+    10,000 cells) as `bench_dpsynth.py` writes them."""
+    import bench_small
+    from bench_aim import write_table
+
+    data = bench_small.TABLES["pums"]()
+    workload = bench_small.workload_of(data, bench_small.MAX_CELLS)
+    write_table(data, str(tmp), "pums")
+    names = data.domain.names
+    (tmp / "workload.json").write_text(json.dumps([[names[i] for i in c] for c in workload.cliques]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=["evaluate", "pep"])
@@ -184,6 +212,8 @@ def main() -> None:
         tmp = Path(tmp_name)
         if "evaluate" in args.cases:
             _synthetic_table(args.pgm_dir, tmp)
+        if "aim-pums" in args.cases:
+            _pums_table(tmp)
         for case in args.cases:
             _run_case(case, checkouts, args.repeats, tmp, args.pgm_dir, recorder)
 

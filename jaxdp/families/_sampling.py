@@ -215,7 +215,10 @@ _LANE_ROWS = 1 << 16
 _REVISITS = 1
 
 
-@jax.jit
+# XLA:CPU's quicker code generator (`jaxdp._jit`), as `systematic`: the cold AIM command on a
+# 1,000-record table compiled it in about half the time, the same records (bench/HISTORY.md,
+# "AIM's cold process on a small table")
+@fast_compiled
 def balanced(
     key: Key,
     table: Array,

@@ -205,20 +205,25 @@ class CompressedDomain(NamedTuple):
         key)."""
         columns = []
         strata = jnp.asarray(codes, jnp.int32).T  # spread evenly over the other attributes too
+        # every merged attribute padded to the widest one's shapes (powers of two), so that one
+        # program spreads them all: the padding is never picked nor decoded, the draws the same
+        compressed = [keep for keep in self.kept if not keep.all()]
+        width = max((padded_length(int((~keep).sum())) for keep in compressed), default=1)
+        kept_width = max((padded_length(int(keep.sum()) + 1) for keep in compressed), default=1)
         for a, keep in enumerate(self.kept):
             column = codes[:, a]
             if keep.all():
                 columns.append(column)
                 continue
             merged = np.flatnonzero(~keep)
-            # one row of shares (padded to a power of two: few compiled shapes) and a spare row
-            width = padded_length(merged.size)
+            # one row of shares and a spare row
             table = np.zeros((2, width), np.float32)
             table[0, : merged.size] = self.spread[a][merged]
             values = np.zeros(width, np.int32)
             values[: merged.size] = merged
             # kept codes decode to their values (the merged code's entry is unused)
-            decode = np.append(np.flatnonzero(keep), 0).astype(np.int32)
+            decode = np.zeros(kept_width, np.int32)
+            decode[: int(keep.sum())] = np.flatnonzero(keep)
             columns.append(
                 _spread_column(
                     jax.random.fold_in(key, a),

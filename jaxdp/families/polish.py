@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._background import Compiler
+from jaxdp._jit import fast_compiled
 from jaxdp.families._sampling import padded_length
 from jaxdp.queries import MarginalWorkload, marginal_counts
 from jaxdp.types import Array, Key
@@ -236,7 +237,8 @@ def visiting_order(key: Key, rows: int, real_rows: Array) -> Array:
     return shuffled[jnp.argsort(shuffled >= real_rows, stable=True)]
 
 
-@functools.partial(jax.jit, static_argnames="width")
+# the quicker code generator, as `_sampling.balanced` (its compile about halved, the same records)
+@functools.partial(fast_compiled, static_argnames="width")
 def _column_pass(
     key: Key,
     owed: Array,
