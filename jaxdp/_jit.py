@@ -95,3 +95,19 @@ def fast_compiled(fun: Callable, **kwargs) -> Any:
     """`jax.jit(fun, **kwargs)` (the same arguments, `compiler_options` excepted) compiled by
     XLA:CPU's quicker code generator: for a program that runs briefly after its compile."""
     return _FastCompiled(fun, kwargs)
+
+
+class BySize:
+    """`fun` jitted twice, chosen by the records it visits: the quicker code generator
+    (`fast_compiled`) for up to `rows` records, where its compile outweighs its run, XLA's
+    default past them. The choice reads a shape only, so a release is the same program whatever
+    ran before it in the process."""
+
+    def __init__(self, fun: Callable, rows: int, **kwargs):
+        functools.update_wrapper(self, fun)
+        self._rows = rows
+        self._fast = fast_compiled(fun, **kwargs)
+        self._default = jax.jit(fun, **kwargs)
+
+    def for_rows(self, rows: int) -> Any:
+        return self._fast if rows <= self._rows else self._default

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp._jit import fast_compiled
+from jaxdp._jit import BySize, fast_compiled
 from jaxdp.types import Array, Key
 
 
@@ -215,11 +215,15 @@ _LANE_ROWS = 1 << 16
 _REVISITS = 1
 
 
-# XLA:CPU's quicker code generator (`jaxdp._jit`), as `systematic`: the cold AIM command on a
-# 1,000-record table compiled it in about half the time, the same records (bench/HISTORY.md,
-# "AIM's cold process on a small table")
-@fast_compiled
-def balanced(
+# the records up to which a record visit's program (`balanced`, the polish's column pass)
+# compiles by XLA:CPU's quicker code generator (`jaxdp._jit.BySize`): AIM's cold command on a
+# 1,000-record table (1,024 padded) compiled them in about half the time, 0.7 s sooner in all;
+# on 48,842 records (65,536 padded) their runs were 0.3 s slower, more than the compile saved
+# (bench/HISTORY.md, "AIM's cold process on a small table")
+FAST_VISIT_ROWS = 2**14
+
+
+def _balanced(
     key: Key,
     table: Array,
     group: Array,
@@ -307,3 +311,6 @@ def balanced(
     choices = jnp.zeros((rows // lanes, lanes), jnp.int32)
     _, choices = jax.lax.fori_loop(0, steps * (1 + _REVISITS), visit, (lags, choices))
     return jnp.zeros(rows, jnp.int32).at[order.reshape(-1)].set(choices.reshape(-1))
+
+
+balanced = BySize(_balanced, FAST_VISIT_ROWS)

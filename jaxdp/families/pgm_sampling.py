@@ -138,7 +138,7 @@ def _balanced_program(key: Key, signature: tuple, *, wait: bool = True):
         def shaped(*shape, dtype=jnp.int32):
             return jax.ShapeDtypeStruct(shape, dtype)
 
-        return balanced.lower(
+        return balanced.for_rows(rows).lower(
             key,
             shaped(n_groups, width, dtype=jnp.float32),
             shaped(rows),

@@ -19,7 +19,6 @@ drawn from a RELEASE key.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
@@ -27,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._background import Compiler
-from jaxdp._jit import fast_compiled
-from jaxdp.families._sampling import padded_length
+from jaxdp._jit import BySize
+from jaxdp.families._sampling import FAST_VISIT_ROWS, padded_length
 from jaxdp.queries import MarginalWorkload, marginal_counts
 from jaxdp.types import Array, Key
 
@@ -165,7 +164,7 @@ def _program(key: Key, signature: tuple, *, wait: bool = True):
         def shaped(*shape, dtype=jnp.int32):
             return jax.ShapeDtypeStruct(shape, dtype)
 
-        return _column_pass.lower(
+        return _column_pass_program.for_rows(rows).lower(
             key,
             shaped(cells, dtype=jnp.float32),
             shaped(rows),
@@ -237,8 +236,6 @@ def visiting_order(key: Key, rows: int, real_rows: Array) -> Array:
     return shuffled[jnp.argsort(shuffled >= real_rows, stable=True)]
 
 
-# the quicker code generator, as `_sampling.balanced` (its compile about halved, the same records)
-@functools.partial(fast_compiled, static_argnames="width")
 def _column_pass(
     key: Key,
     owed: Array,
@@ -279,3 +276,7 @@ def _column_pass(
         return owed, column.at[record].set(value)
 
     return jax.lax.fori_loop(0, real_rows, visit, (owed, column))
+
+
+# as `_sampling.balanced`: quicker to compile for a few records, quicker to run for many
+_column_pass_program = BySize(_column_pass, FAST_VISIT_ROWS, static_argnames="width")
