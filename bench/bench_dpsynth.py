@@ -18,7 +18,8 @@ the large ones (adult6, binary16: every 3-way marginal). The score: jaxdp's
 `evaluate.workload_errors` (mean L1 between normalised marginals, largest cell error) of the
 released records. Runs go seed by seed, every mechanism of a seed in turn, so host load falls on
 all alike; a run past `--cap` seconds is recorded as timed out (DPSynth's AIM took 11-18 minutes
-a run on a 1,304-record table). Re-running skips the records already in --out for the same code.
+a run on a 1,304-record table). Re-running skips the records already in --out for the same code
+(`--again` runs them anyway: the pages read the latest record of each seed).
 
     PYTHONPATH=. python bench/bench_dpsynth.py --tables pile adult9 --seeds 0 1 2 3 4 \
         --out bench/results/dpsynth.jsonl
@@ -92,7 +93,7 @@ def done_keys(path: str | None, commit: str | None) -> set[tuple]:
 def run_all(args) -> None:
     recorder = Recorder(args.out)
     commit = code_commit()
-    done = done_keys(args.out, commit)
+    done = set() if args.again else done_keys(args.out, commit)
     only = set(args.only) if args.only else None
     for name in args.tables:
         data = bench_small.TABLES[name]() if name in bench_small.TABLES else bench_small.LARGE[name]()
@@ -218,6 +219,11 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=1200.0, help="seconds a run may take (default 1200)")
     parser.add_argument("--only", nargs="+", help="library:mechanism pairs to run (default: all)")
     parser.add_argument("--out", default=None, help="append JSON lines to this file (and resume from it)")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="run every selected run even where --out holds it (a side-by-side rerun in one loop)",
+    )
     parser.add_argument("--table", metavar="JSONL", help="print the markdown summary of a results file")
     args = parser.parse_args()
     if args.table:
