@@ -193,6 +193,6 @@ def measure_on_host(
     length = measurement_length(index.size, largest)
     padded = np.zeros(length, np.int32)
     padded[: index.size] = index
-    true = counts.map(_padded_gather, jnp.asarray(padded), jnp.asarray(index.size, jnp.int32))
+    true = counts.map(_padded_gather, jax.device_put(padded), jax.device_put(np.int32(index.size)))
     noisy, charge = noise_module.measure_counts(key, true, sigma=sigma, sensitivity=sensitivity, noise=noise)
     return np.asarray(noisy, np.float64)[: index.size], charge

@@ -58,6 +58,8 @@ _WEYL_STEPS = _weyl_steps(256)
 
 def weyl_step(column: int) -> Array:
     """() uint32 the Weyl step of the `column`-th column a release draws (`_weyl_steps`)."""
+    if isinstance(column, int):  # a host column: put, where indexing on the device compiles
+        return jax.device_put(_WEYL_STEPS[column % len(_WEYL_STEPS)])
     return jnp.asarray(_WEYL_STEPS)[column % len(_WEYL_STEPS)]
 
 

@@ -39,7 +39,7 @@ class MarginalPadding:
         gather = np.full((len(workload), width), workload.n_queries, np.int32)
         for i, (start, cells) in enumerate(zip(workload.offsets, workload.cells, strict=True)):
             gather[i, :cells] = np.arange(start, start + cells)
-        return cls(jnp.asarray(gather), jnp.asarray(gather < workload.n_queries))
+        return cls(jax.device_put(gather), jax.device_put(gather < workload.n_queries))
 
     @property
     def max_cells(self) -> int:

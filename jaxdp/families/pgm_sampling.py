@@ -103,17 +103,17 @@ def sample(
         table[:n_groups, :size] = joint
         group = np.full(padded_rows, shape[0] - 1, np.int32)
         group[:rows] = _cell_index(parents, columns, sizes, rows)
-        column = (jax.random.fold_in(key, a), jnp.asarray(table), jnp.asarray(group), jnp.int32(size))
+        column = (jax.random.fold_in(key, a), jax.device_put(table), jax.device_put(group), jnp.int32(size))
         if keys[i]:
             width, lag_rows = balanced_shapes[i]
             cells = _key_cells(keys[i], columns, sizes, rows, padded_rows, width)
             lags = jnp.zeros((lag_rows, shape[1]), jnp.float32)
             program = _balanced_program(key, signatures[i])
             choice = program(
-                *column, jnp.asarray(cells), _key_weights(keys[i], sizes, width), lags, jnp.int32(rows)
+                *column, jax.device_put(cells), _key_weights(keys[i], sizes, width), lags, jnp.int32(rows)
             )
         else:
-            choice = systematic(*column, jnp.asarray(strata), weyl_step(a))
+            choice = systematic(*column, jax.device_put(strata), weyl_step(a))
         columns[a] = np.asarray(choice)[:rows]
         strata[i, :rows] = columns[a]
     return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
@@ -181,7 +181,7 @@ def _key_weights(keys: list[Clique], sizes, width: int) -> Array:
     cells = np.array([math.prod(sizes[b] for b in key) for key in keys], np.float64)
     weights = np.zeros(width, np.float32)
     weights[: len(keys)] = np.sqrt(cells / cells.max())
-    return jnp.asarray(weights)
+    return jax.device_put(weights)
 
 
 def _cell_index(attributes: Clique, columns, sizes, rows: int) -> np.ndarray:

@@ -126,16 +126,16 @@ def polish(key: Key, codes: Array, answers: np.ndarray, workload: MarginalWorklo
             _, _, cells, n_keys, _ = signature
             local_owed, column = _program(key, signature)(
                 jax.random.fold_in(key, sweep * d + a),
-                jnp.asarray(layout.gather(owed, cells)),
-                jnp.asarray(records[:, a]),
-                jnp.asarray(layout.record_cells(records, n_keys)),
-                jnp.asarray(np.arange(n_keys) < len(layout.holding), jnp.float32),
+                jax.device_put(layout.gather(owed, cells)),
+                jax.device_put(records[:, a]),
+                jax.device_put(layout.record_cells(records, n_keys)),
+                jax.device_put((np.arange(n_keys) < len(layout.holding)).astype(np.float32)),
                 jnp.int32(workload.sizes[a]),
                 jnp.int32(rows),
             )
             layout.scatter(np.asarray(local_owed), owed)
             records[:, a] = np.asarray(column)
-    return jnp.asarray(records[:rows])
+    return jax.device_put(records[:rows])
 
 
 def _signatures(key: Key, workload: MarginalWorkload, rows: int) -> list[tuple | None]:

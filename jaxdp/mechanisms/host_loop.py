@@ -184,7 +184,7 @@ class Annealed:
             public=None,
             n_records=self.n_records if self.relation is Neighboring.REPLACE_ONE else None,
         )
-        cells = jnp.asarray(compressed.cell_map(self.candidates))
+        cells = jax.device_put(compressed.cell_map(self.candidates))
         n_queries = selection.candidates.n_queries
         counts = self.counts.map(lambda c: jax.ops.segment_sum(c, cells, n_queries).astype(c.dtype))
         return Parts(selection, family, counts, workload)
@@ -485,7 +485,7 @@ class Annealed:
         answers = workload_spans(flat, parts.selection.candidates, parts.workload)
         if state.compressed is not None:
             answers = state.compressed.answers(answers, self.workload)
-        return jnp.asarray(answers)
+        return jax.device_put(answers)
 
     answers = relaxed_answers
 

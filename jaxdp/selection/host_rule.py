@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -262,7 +263,7 @@ class HostRule:
         delta_t = self.l1_sensitivity * float(weights[mask].max())
         scale = gumbel_scale(delta_t, rho_select)
         penalty_sigma = sigma if self.noise_penalty else 0.0
-        settings = dict(scale=scale, sensitivity=delta_t, noise=self.noise, mask=jnp.asarray(mask))
+        settings = dict(scale=scale, sensitivity=delta_t, noise=self.noise, mask=jax.device_put(mask))
         if self.noise == "discrete":  # exact int64 scores on the host (`grid_quality_scores`)
             steps = counts.map(
                 lambda c: jnp.asarray(
