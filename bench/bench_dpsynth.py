@@ -38,7 +38,6 @@ from collections import defaultdict
 
 import bench_small
 from _common import Recorder, load_average
-from bench_aim import write_table
 from peers import DELTA, PEERS_PYTHON, code_commit, run_jaxdp, run_peer, run_runner, score
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,11 +102,7 @@ def run_all(args) -> None:
         names = data.domain.names
         sizes = {"table": name, "records": len(data), "attributes": len(names), "marginals": len(workload)}
         with tempfile.TemporaryDirectory(prefix="dpsynth-") as tmp:
-            write_table(data, tmp, name)
-            table, domain = os.path.join(tmp, f"{name}.csv"), os.path.join(tmp, f"{name}-domain.json")
-            cliques = os.path.join(tmp, "workload.json")
-            with open(cliques, "w") as fh:
-                json.dump([[names[i] for i in c] for c in workload.cliques], fh)
+            table, domain, cliques = bench_small.write_case(data, workload, tmp, name)
             for seed in args.seeds:
                 for library, mechanism in RUNS:
                     key = (name, library, mechanism, seed, args.epsilon)

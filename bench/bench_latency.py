@@ -173,13 +173,9 @@ def _pums_table(tmp: Path) -> None:
     """bench_small's pums table, its domain and its workload (every 3-way marginal of at most
     10,000 cells) as `bench_dpsynth.py` writes them."""
     import bench_small
-    from bench_aim import write_table
 
     data = bench_small.TABLES["pums"]()
-    workload = bench_small.workload_of(data, bench_small.MAX_CELLS)
-    write_table(data, str(tmp), "pums")
-    names = data.domain.names
-    (tmp / "workload.json").write_text(json.dumps([[names[i] for i in c] for c in workload.cliques]))
+    bench_small.write_case(data, bench_small.workload_of(data, bench_small.MAX_CELLS), str(tmp), "pums")
 
 
 def main() -> None:

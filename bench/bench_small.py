@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import sys
 import time
@@ -52,6 +53,7 @@ from unittest import mock
 import jax
 import numpy as np
 from _common import Recorder, load_average
+from bench_aim import write_table
 
 import jaxdp
 from jaxdp import api
@@ -166,6 +168,18 @@ def workload_of(data: Dataset, max_cells: int | None = MAX_CELLS) -> MarginalWor
         return full
     kept = tuple(c for c, n in zip(full.cliques, full.cells, strict=True) if n <= max_cells)
     return MarginalWorkload(full.sizes, kept)
+
+
+def write_case(data: Dataset, workload: MarginalWorkload, directory: str, name: str) -> tuple[str, str, str]:
+    """A table as the command line reads it, in `directory`: `name`.csv and `name`-domain.json
+    (`bench_aim.write_table`) and workload.json (the workload's cliques by attribute name).
+    Returns the three paths."""
+    write_table(data, directory, name)
+    names = data.domain.names
+    cliques = os.path.join(directory, "workload.json")
+    with open(cliques, "w") as fh:
+        json.dump([[names[i] for i in c] for c in workload.cliques], fh)
+    return os.path.join(directory, f"{name}.csv"), os.path.join(directory, f"{name}-domain.json"), cliques
 
 
 @contextlib.contextmanager
