@@ -43,7 +43,7 @@ from jaxdp.domain import (
     TableSchema,
 )
 from jaxdp.domain.encode import LABEL_MATCHING
-from jaxdp.keys import require_key
+from jaxdp.keys import fold_in, require_key
 from jaxdp.types import Key
 
 EMPTY_LABEL = ""
@@ -189,7 +189,7 @@ class TableCoding:
                     out = np.where(cat[c.name + EMPTY_SUFFIX] == 1, np.nan, out)
                 values[c.name] = out
             else:
-                uniform = np.asarray(jax.random.uniform(jax.random.fold_in(key, j), (len(synthetic),)))
+                uniform = np.asarray(jax.random.uniform(fold_in(key, j), (len(synthetic),)))
                 uniform = uniform.astype(np.float64)
                 cuts, fine, bins = self.cuts[c.name], self.fine.get(c.name), cat[c.name]
                 if ranges and c.name in ranges:

@@ -13,6 +13,9 @@ The key of every random draw is a pure function of the root key, the round and a
 
 so adding a draw to one purpose never shifts the others, and an audit can replay every key from
 the root. The root key is as secret as the data: whoever holds it can regenerate the noise.
+
+`fold_in` and `split_keys` derive the keys `jax.random.fold_in` and `split` give, bit for bit,
+by hashing on the host outside a trace (`jaxdp._threefry`: no program compiled per call).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._io import atomic_open
+from jaxdp._threefry import fold_in, split_keys  # noqa: F401 (split_keys: re-exported with the rules)
 from jaxdp.types import Key
 
 
@@ -78,12 +82,12 @@ def require_keys(keys: object, name: str = "keys") -> Key:
 
 def stream_key(key: Key, stream: Stream) -> Key:
     """The key for one purpose, derived from `key` by folding in the stream tag."""
-    return jax.random.fold_in(key, int(stream))
+    return fold_in(key, int(stream))
 
 
 def round_key(root: Key, t) -> Key:
     """The key of round `t` (int or traced int32), derived from the root key."""
-    return jax.random.fold_in(stream_key(root, Stream.ROUNDS), t)
+    return fold_in(stream_key(root, Stream.ROUNDS), t)
 
 
 def preprocess_key(root: Key) -> Key:

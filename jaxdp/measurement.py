@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -160,11 +159,12 @@ def measurement_length(n: int, largest: int) -> int:
     return length
 
 
-@jax.jit
-def _padded_gather(answers: Array, index: Array, count: Array) -> Array:
-    """answers[index], with every position >= count set to 0 (a public constant, an integer
-    like the counts)."""
-    return jnp.where(jnp.arange(index.shape[0]) < count, answers[index], jnp.zeros((), answers.dtype))
+def _padded_answers(answers: Array, index: np.ndarray, length: int) -> np.ndarray:
+    """(length,) answers[index] on the host, padded with integer zeros (a public constant).
+    On the host, as the measurement's noise is added there (`noise._host_or_jax`)."""
+    padded = np.zeros(length, answers.dtype)
+    padded[: index.size] = np.asarray(answers)[index]
+    return padded
 
 
 def measure_on_host(
@@ -191,8 +191,6 @@ def measure_on_host(
         Reads the true counts; one Gaussian measurement (`noise.measure_counts`).
     """
     length = measurement_length(index.size, largest)
-    padded = np.zeros(length, np.int32)
-    padded[: index.size] = index
-    true = counts.map(_padded_gather, jax.device_put(padded), jax.device_put(np.int32(index.size)))
+    true = counts.map(_padded_answers, index, length)
     noisy, charge = noise_module.measure_counts(key, true, sigma=sigma, sensitivity=sensitivity, noise=noise)
     return np.asarray(noisy, np.float64)[: index.size], charge

@@ -44,7 +44,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
 from jaxdp import _checks, contract
@@ -55,7 +54,7 @@ from jaxdp.coding import TableCoding
 from jaxdp.conditions import Condition, condition
 from jaxdp.domain import Dataset, Domain, RawTable
 from jaxdp.families._sampling import padded_length
-from jaxdp.keys import decode_key, require_key
+from jaxdp.keys import decode_key, fold_in, require_key
 from jaxdp.ledger import LedgerEntry
 from jaxdp.model_marginals import marginals_table
 from jaxdp.releasing import released
@@ -172,7 +171,7 @@ class Model:
         found = 0
         most = math.ceil(rows / (batch * ACCEPTANCE_FLOOR)) + 1
         for i in range(most):
-            batch_key = jax.random.fold_in(key, i)
+            batch_key = fold_in(key, i)
             table = self._decoded(batch_key, self._draw(batch_key, self.state, batch))
             meets = wanted.holds(table)
             if i == 0 and meets.mean() < ACCEPTANCE_FLOOR:

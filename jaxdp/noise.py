@@ -34,7 +34,7 @@ import numpy as np
 
 from jaxdp import samplers
 from jaxdp.accounting import gaussian_sigma
-from jaxdp.keys import require_key
+from jaxdp.keys import fold_in, require_key, split_keys
 from jaxdp.types import Array, Charge, Key, Sensitive, pytree_dataclass, static_field
 
 PRIMITIVES = (
@@ -156,12 +156,21 @@ def _selection(scale: float | SelectionScale, sensitivity: float, noise: str, st
 
 
 def _charge(primitive: str, sensitivity: float, scale: float | Array, count: int = 1) -> Charge:
+    # NumPy scalars where nothing is traced: a JAX scalar built outside a trace compiles a program
+    xp = jnp if isinstance(scale, jax.core.Tracer) else np
     return Charge(
-        primitive=jnp.asarray(PRIMITIVES.index(primitive), jnp.int32),
-        sensitivity=jnp.asarray(sensitivity, jnp.float32),
-        scale=jnp.asarray(scale, jnp.float32),
-        count=jnp.asarray(count, jnp.int32),
+        primitive=np.asarray(PRIMITIVES.index(primitive), np.int32),
+        sensitivity=np.asarray(sensitivity, np.float32),
+        scale=xp.asarray(scale, np.float32),
+        count=np.asarray(count, np.int32),
     )
+
+
+def _host_or_jax(x: object) -> np.ndarray | Array:
+    """`x` as an array, a NumPy one where it is one already: a release made on the host (the
+    host loop's measurements and selections) stays there, where each JAX operation outside a
+    trace would compile a program of its own; arithmetic on integers is the same in both."""
+    return x if isinstance(x, np.ndarray) else jnp.asarray(x)
 
 
 def count_sigma(sensitivity: float, rho: float, noise: str) -> float:
@@ -305,14 +314,19 @@ def gumbel_top_k(
 # --- exact primitives ----------------------------------------------------------------------------
 
 
-def _integer_counts(value: Sensitive, name: str) -> Array:
-    x = _reveal(value, name)
-    if not jnp.issubdtype(jnp.asarray(x).dtype, jnp.integer):
+def _integer_counts(value: Sensitive, name: str) -> np.ndarray | Array:
+    x = _host_or_jax(_reveal(value, name))
+    if not np.issubdtype(x.dtype, np.integer):
         raise TypeError(
-            f"{name} must be integer counts (got dtype {jnp.asarray(x).dtype}); discrete noise "
+            f"{name} must be integer counts (got dtype {x.dtype}); discrete noise "
             "is added to integers, and fractions are formed after the noise"
         )
-    return jnp.asarray(x).astype(jnp.int32)
+    return x.astype(np.int32)
+
+
+def _plus(x: np.ndarray | Array, draws: Array) -> np.ndarray | Array:
+    """`x + draws`, on the host where `x` is there (see `_host_or_jax`)."""
+    return x + np.asarray(draws) if isinstance(x, np.ndarray) else x + draws
 
 
 def discrete_gaussian(
@@ -344,7 +358,7 @@ def discrete_gaussian(
     sigma = _gaussian(sigma, "discrete")
     sensitivity = _static_positive(sensitivity, "sensitivity")
     x = _integer_counts(counts, "counts")
-    noisy = x + samplers.discrete_gaussian(key, x.shape, sigma.exact)
+    noisy = _plus(x, samplers.discrete_gaussian(key, x.shape, sigma.exact))
     return noisy, _charge("discrete_gaussian", sensitivity, sigma.sigma)
 
 
@@ -402,15 +416,16 @@ def _quantised_gaps(scores: Array, sensitivity: float, mask: Array | None) -> tu
 
 def _grid_gaps(steps: Array, mask: Array | None) -> tuple[Array, Array]:
     """(gaps below the best eligible grid score, eligible) for int32 scores in grid steps."""
-    clipped = jnp.clip(steps, -GRID_LIMIT, GRID_LIMIT)
-    eligible = jnp.ones(clipped.shape, bool) if mask is None else jnp.asarray(mask, bool)
-    best = jnp.max(jnp.where(eligible, clipped, -GRID_LIMIT))
-    floored = jnp.maximum(clipped, best - GRID_LIMIT)
-    return jnp.where(eligible, best - floored, 0).astype(jnp.uint32), eligible
+    xp = np if isinstance(steps, np.ndarray) else jnp  # host scores stay there (`_host_or_jax`)
+    clipped = xp.clip(steps, -GRID_LIMIT, GRID_LIMIT)
+    eligible = xp.ones(clipped.shape, bool) if mask is None else xp.asarray(mask, bool)
+    best = xp.max(xp.where(eligible, clipped, -GRID_LIMIT))
+    floored = xp.maximum(clipped, best - GRID_LIMIT)
+    return xp.where(eligible, best - floored, 0).astype(np.uint32), eligible
 
 
-def _grid_steps(steps: Sensitive, name: str) -> Array:
-    x = jnp.asarray(_reveal(steps, name))
+def _grid_steps(steps: Sensitive, name: str) -> np.ndarray | Array:
+    x = _host_or_jax(_reveal(steps, name))
     if x.dtype != jnp.int32:
         raise TypeError(
             f"{name} must be int32 scores in grid steps (got dtype {x.dtype}): only integer scores "
@@ -498,11 +513,11 @@ def _sequential_picks(
     """k exact selections in sequence, each masking out those chosen before; `gaps_of(eligible)`
     gives (gaps, eligible) of the remaining candidates."""
     eligible = jnp.ones(shape, bool) if mask is None else jnp.asarray(mask, bool)
-    base = jax.random.split(key, 1)[0]  # uses `key` once; pick i consumes fold_in(base, i)
+    base = split_keys(key, 1)[0]  # uses `key` once; pick i consumes fold_in(base, i)
 
     def pick(eligible, i):
         gaps, ok = gaps_of(eligible)
-        choice = samplers.exponential_choice_at(jax.random.fold_in(base, i), gaps, ok, rate)
+        choice = samplers.exponential_choice_at(fold_in(base, i), gaps, ok, rate)
         return eligible.at[choice].set(False), choice
 
     _, chosen = jax.lax.scan(pick, eligible, jnp.arange(k))
@@ -602,7 +617,7 @@ def measure_counts(
     """
     if noise == "discrete":
         noisy, charge = discrete_gaussian(key, counts, sigma=sigma, sensitivity=sensitivity)
-        return noisy.astype(jnp.float32), charge
+        return noisy.astype(np.float32), charge
     _check_noise(noise)
     return gaussian(
         key, counts.map(lambda c: jnp.asarray(c, jnp.float32)), sigma=sigma, sensitivity=sensitivity

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxdp import audit
-from jaxdp.keys import Stream, require_key, round_key, secure_root_key, stream_key
+from jaxdp.keys import Stream, fold_in, require_key, round_key, secure_root_key, split_keys, stream_key
 
 
 @pytest.mark.parametrize("bad", [0, 42, np.uint32(3), "key", None])
@@ -72,3 +72,80 @@ def test_a_key_file_is_created_owner_only_read_back_and_never_overwritten(tmp_pa
     with pytest.raises(ValueError, match=r"key file .*run\.key' does not hold a jaxdp root key") as refused:
         key_file(path)
     assert "1, 2, 3" not in str(refused.value)
+
+
+def _words(key) -> np.ndarray:
+    return np.asarray(jax.random.key_data(key))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_keys_derived_on_the_host_are_jax_randoms_bit_for_bit(seed):
+    """`keys.fold_in` and `keys.split_keys` hash keys with NumPy outside a trace (no program to
+    compile): on random key words, counters across the 32-bit range (both ends included) and
+    split sizes, the keys are jax.random's own."""
+    rng = np.random.default_rng(seed)
+    key = jax.random.wrap_key_data(rng.integers(0, 2**32, 2, dtype=np.uint64).astype(np.uint32))
+    for data in (
+        0,
+        1,
+        2**32 - 1,
+        int(rng.integers(0, 2**32)),
+        np.uint32(rng.integers(0, 2**32)),
+        Stream.MEASURE,
+    ):
+        np.testing.assert_array_equal(_words(fold_in(key, data)), _words(jax.random.fold_in(key, data)))
+    num = int(rng.integers(1, 40))
+    with jax.debug_key_reuse(False):  # the checker makes the split JAX's own
+        host = split_keys(key, num)
+    assert len(host) == num and all(k.shape == () for k in host)
+    np.testing.assert_array_equal(np.stack([_words(k) for k in host]), _words(jax.random.split(key, num)))
+
+
+def test_key_derivation_compiles_nothing_outside_a_trace():
+    """The point of deriving on the host: a derived key costs no XLA program (a negative control:
+    jax.random's own fold_in, at a shape not compiled before, does compile)."""
+    key = jax.random.wrap_key_data(np.array([11, 12], np.uint32))
+    with jax.log_compiles(True), jax.debug_key_reuse(False):
+        import logging
+
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logger = logging.getLogger("jax._src.dispatch")
+        logger.addHandler(handler)
+        try:
+            fold_in(key, 5), split_keys(key, 3), stream_key(key, Stream.SELECT)
+            derived = [r for r in records if "XLA compilation" in r.getMessage()]
+            jax.random.fold_in(jax.random.split(key, 7)[3], 5)
+            control = [r for r in records if "XLA compilation" in r.getMessage()]
+        finally:
+            logger.removeHandler(handler)
+    assert derived == []
+    assert control, "jax.random's eager derivation compiled nothing: the check cannot see a compile"
+
+
+def test_traced_derivation_falls_back_to_jax_random():
+    key = jax.random.key(5)
+
+    @jax.jit
+    def derived(key, t):
+        return jax.random.key_data(fold_in(key, t)), jax.random.key_data(jnp.stack(split_keys(key, 2)))
+
+    @jax.jit
+    def closed_over(t):  # a concrete key inside a trace: its data is traced there
+        return jax.random.key_data(fold_in(key, t)), jax.random.key_data(fold_in(key, 9))
+
+    with jax.debug_key_reuse(False):  # the reference splits the key the program split
+        for words in closed_over(jnp.int32(9)):
+            np.testing.assert_array_equal(words, _words(jax.random.fold_in(key, 9)))
+        folded, split = derived(key, jnp.int32(9))
+        np.testing.assert_array_equal(folded, _words(jax.random.fold_in(key, 9)))
+        np.testing.assert_array_equal(split, _words(jax.random.split(key, 2)))
+
+
+def test_a_split_under_the_key_reuse_checker_consumes_the_key():
+    key = jax.random.key(6)
+    with jax.debug_key_reuse(True):
+        split_keys(key, 2)
+        with pytest.raises(jax.errors.KeyReuseError):
+            split_keys(key, 2)

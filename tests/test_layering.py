@@ -19,6 +19,7 @@ FLOORS = {
     "jaxdp._version": 0,
     "jaxdp._checks": 0,
     "jaxdp._io": 0,
+    "jaxdp._threefry": 0,
     "jaxdp._compile_cache": 0,
     "jaxdp._background": 0,
     "jaxdp._jit": 0,

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp._jit import BySize, fast_compiled
+from jaxdp.keys import fold_in, split_keys
 from jaxdp.types import Array, Key
 
 
@@ -98,7 +99,7 @@ def systematic(key: Key, table: Array, group: Array, size: Array, strata: Array,
     rows = group.shape[0]
     n_groups, width = table.shape
     cdf = jnp.cumsum(_normalised(table, size), axis=1).reshape(-1)
-    tie_key, weyl_key, offset_key = jax.random.split(key, 3)
+    tie_key, weyl_key, offset_key = split_keys(key, 3)
     ties = jax.random.bits(tie_key, (rows,), jnp.uint32)
     # lexsort's last key is the primary one: group, then the strata in order, then the ties
     order = jnp.lexsort((ties, *strata[::-1], group))
@@ -163,7 +164,7 @@ def mixture_rows(key: Key, probs: Array, sizes: tuple[int, ...], rows: int) -> t
         (codes (rows, n_attributes) int32, the mixture row of each record (rows,) int32).
     """
     n_rows = probs.shape[0]
-    row_key, attribute_key = jax.random.split(key)
+    row_key, attribute_key = split_keys(key)
     anywhere = jnp.zeros(rows, jnp.int32)
     picked = systematic(
         row_key, jnp.ones((1, n_rows), jnp.float32), anywhere, jnp.int32(n_rows), anywhere[None], weyl_step(0)
@@ -181,7 +182,7 @@ def mixture_rows(key: Key, probs: Array, sizes: tuple[int, ...], rows: int) -> t
 
     def attribute(strata, j):
         column = systematic(
-            jax.random.fold_in(attribute_key, j),
+            fold_in(attribute_key, j),
             blocks[j],
             picked,
             jnp.asarray(sizes)[j],
@@ -276,7 +277,7 @@ def _balanced(
     lanes = max(1, rows // _LANE_ROWS)
     real = jnp.arange(width) < size
     probs = _normalised(table, size)
-    order_key, tie_key = jax.random.split(key)
+    order_key, tie_key = split_keys(key)
     record_bits = jax.random.bits(tie_key, (rows,), jnp.uint32)
     category_bits = jnp.arange(width, dtype=jnp.uint32) * jnp.uint32(_PHI)
     shuffled = jax.random.permutation(order_key, rows)

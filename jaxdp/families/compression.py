@@ -28,6 +28,7 @@ import numpy as np
 from jaxdp import _checks
 from jaxdp._jit import fast_compiled
 from jaxdp.families._sampling import padded_length, systematic, weyl_step
+from jaxdp.keys import fold_in
 from jaxdp.queries import MarginalWorkload
 from jaxdp.types import Array, Key
 
@@ -204,7 +205,8 @@ class CompressedDomain(NamedTuple):
         and spread evenly over the records' other attributes), from `key` (a RELEASE stream
         key)."""
         columns = []
-        strata = jnp.asarray(codes, jnp.int32).T  # spread evenly over the other attributes too
+        codes = np.asarray(codes, np.int32)  # on the host: eager JAX slices would each compile
+        strata = codes.T  # spread evenly over the other attributes too
         # every merged attribute padded to the widest one's shapes (powers of two), so that one
         # program spreads them all: the padding is never picked nor decoded, the draws the same
         compressed = [keep for keep in self.kept if not keep.all()]
@@ -225,19 +227,21 @@ class CompressedDomain(NamedTuple):
             decode = np.zeros(kept_width, np.int32)
             decode[: int(keep.sum())] = np.flatnonzero(keep)
             columns.append(
-                _spread_column(
-                    jax.random.fold_in(key, a),
-                    table,
-                    column,
-                    int(keep.sum()),
-                    values,
-                    decode,
-                    merged.size,
-                    strata,
-                    weyl_step(a),
+                np.asarray(
+                    _spread_column(
+                        fold_in(key, a),
+                        table,
+                        column,
+                        int(keep.sum()),
+                        values,
+                        decode,
+                        merged.size,
+                        strata,
+                        weyl_step(a),
+                    )
                 )
             )
-        return jnp.stack(columns, axis=1).astype(jnp.int32)
+        return jax.device_put(np.stack(columns, axis=1))
 
 
 @fast_compiled  # as `systematic`, which it runs: compiled and run once per merged attribute

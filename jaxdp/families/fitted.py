@@ -32,6 +32,7 @@ from jaxdp.families.base import ClassShape, Family, Measured, single_class
 from jaxdp.families.fit import fit
 from jaxdp.families.generator import Generator
 from jaxdp.families.relaxed import RelaxedRows
+from jaxdp.keys import fold_in
 from jaxdp.queries import (
     MarginalWorkload,
     ProductQueries,
@@ -118,8 +119,8 @@ class _Fitted(Family):
     def init(self, key: Key) -> FittedModel:
         """Random parameters and latent batch (public randomness), pretrained on the public
         answers first when there are some (no private data is touched)."""
-        params = self.representation.init_params(jax.random.fold_in(key, 0))
-        latent = self.representation.latent(jax.random.fold_in(key, 1))
+        params = self.representation.init_params(fold_in(key, 0))
+        latent = self.representation.latent(fold_in(key, 1))
         if self.public_answers is not None:
             params, _ = self._fit(
                 params,

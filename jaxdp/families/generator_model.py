@@ -28,6 +28,7 @@ from jaxdp.families.base import ClassShape, Family, Measured, single_class
 from jaxdp.families.fit import fit
 from jaxdp.families.generator import Generator
 from jaxdp.families.graphical import host_measurements
+from jaxdp.keys import fold_in
 from jaxdp.queries import MarginalWorkload
 from jaxdp.queries import measured as measured_path
 from jaxdp.types import MARGINALS, Array, Key, Neighboring, pytree_dataclass, static_field
@@ -124,8 +125,8 @@ class GeneratorModel(Family):
 
     def init(self, key: Key) -> GeneratorFit:
         return GeneratorFit(
-            params=self.generator.init_params(jax.random.fold_in(key, 0)),
-            latent=self.generator.latent(jax.random.fold_in(key, 1)),
+            params=self.generator.init_params(fold_in(key, 0)),
+            latent=self.generator.latent(fold_in(key, 1)),
             total=self.known_total,
             measurements=(),
         )

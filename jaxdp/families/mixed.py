@@ -32,6 +32,7 @@ from jaxdp.families._sampling import mixture_rows
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.families.fit import fit
 from jaxdp.families.relaxed import block_softmax
+from jaxdp.keys import split_keys
 from jaxdp.queries import (
     LinearThresholdQueries,
     MarginalWorkload,
@@ -193,7 +194,7 @@ class MixedRows(Family):
 
     def init_params(self, key: Key) -> MixedParams:
         """Standard-normal logits and uniform numeric values: a random start over the domain."""
-        logit_key, numeric_key = jax.random.split(key)
+        logit_key, numeric_key = split_keys(key)
         logits = jax.random.normal(logit_key, (self.n_rows, sum(self.sizes)), jnp.float32)
         numeric = jax.random.uniform(numeric_key, (self.n_rows, self.n_numeric), jnp.float32)
         return logits, numeric

@@ -18,6 +18,7 @@ import numpy as np
 from jaxdp._background import Compiler
 from jaxdp.families._sampling import balanced, padded_length, systematic, weyl_step
 from jaxdp.families.pgm import Clique
+from jaxdp.keys import fold_in
 from jaxdp.types import Array, Key
 
 
@@ -103,20 +104,20 @@ def sample(
         table[:n_groups, :size] = joint
         group = np.full(padded_rows, shape[0] - 1, np.int32)
         group[:rows] = _cell_index(parents, columns, sizes, rows)
-        column = (jax.random.fold_in(key, a), jax.device_put(table), jax.device_put(group), jnp.int32(size))
+        column = (fold_in(key, a), jax.device_put(table), jax.device_put(group), np.int32(size))
         if keys[i]:
             width, lag_rows = balanced_shapes[i]
             cells = _key_cells(keys[i], columns, sizes, rows, padded_rows, width)
-            lags = jnp.zeros((lag_rows, shape[1]), jnp.float32)
+            lags = np.zeros((lag_rows, shape[1]), np.float32)
             program = _balanced_program(key, signatures[i])
             choice = program(
-                *column, jax.device_put(cells), _key_weights(keys[i], sizes, width), lags, jnp.int32(rows)
+                *column, jax.device_put(cells), _key_weights(keys[i], sizes, width), lags, np.int32(rows)
             )
         else:
             choice = systematic(*column, jax.device_put(strata), weyl_step(a))
         columns[a] = np.asarray(choice)[:rows]
         strata[i, :rows] = columns[a]
-    return jnp.asarray(np.stack([columns[a] for a in range(len(sizes))], axis=1), jnp.int32)
+    return jax.device_put(np.stack([columns[a] for a in range(len(sizes))], axis=1).astype(np.int32))
 
 
 # 16 MB of float32 lags per key (a lane's), 256 MB of int32 record cells in all: keys past

@@ -28,7 +28,9 @@ import numpy as np
 from jaxdp._background import Compiler
 from jaxdp._jit import BySize
 from jaxdp.families._sampling import FAST_VISIT_ROWS, padded_length
-from jaxdp.queries import MarginalWorkload, marginal_counts
+from jaxdp.keys import fold_in
+from jaxdp.queries import MarginalWorkload
+from jaxdp.queries.exact import host_marginal_counts
 from jaxdp.types import Array, Key
 
 # passes over every (record, attribute). AIM's records / model on 14-attribute ADULT, seed 0:
@@ -116,7 +118,7 @@ def polish(key: Key, codes: Array, answers: np.ndarray, workload: MarginalWorklo
     # NaN where the model gives it probability 0, so that a value with such a cell is never
     # given (NaN stays NaN).
     answers = np.asarray(answers, np.float64)
-    counts = np.asarray(marginal_counts(records[:rows], workload))
+    counts = host_marginal_counts(records[:rows], workload)
     owed = np.where(answers > 0, answers * rows - counts, np.nan).astype(np.float32)
     for sweep in range(PASSES):
         for a, signature in enumerate(signatures):
@@ -125,13 +127,13 @@ def polish(key: Key, codes: Array, answers: np.ndarray, workload: MarginalWorklo
             layout = _Layout(workload, a)
             _, _, cells, n_keys, _ = signature
             local_owed, column = _program(key, signature)(
-                jax.random.fold_in(key, sweep * d + a),
+                fold_in(key, sweep * d + a),
                 jax.device_put(layout.gather(owed, cells)),
                 jax.device_put(records[:, a]),
                 jax.device_put(layout.record_cells(records, n_keys)),
                 jax.device_put((np.arange(n_keys) < len(layout.holding)).astype(np.float32)),
-                jnp.int32(workload.sizes[a]),
-                jnp.int32(rows),
+                np.int32(workload.sizes[a]),
+                np.int32(rows),
             )
             layout.scatter(np.asarray(local_owed), owed)
             records[:, a] = np.asarray(column)

@@ -47,7 +47,7 @@ from jaxdp.domain import Dataset
 from jaxdp.families import polish
 from jaxdp.families.base import Family, Measured
 from jaxdp.families.compression import Compression
-from jaxdp.keys import Stream, require_key, stream_key
+from jaxdp.keys import Stream, require_key, split_keys, stream_key
 from jaxdp.measurement import GaussianCounts
 from jaxdp.mechanisms._common import (
     as_relation,
@@ -258,7 +258,7 @@ class Adaptive:
         rows = self.default_rows(state) if rows is None else _checks.positive_int(rows, "rows")
         if not self._polishes:
             return self.family.release(state.model, key, rows)
-        draw_key, polish_key = jax.random.split(key)
+        draw_key, polish_key = split_keys(key)
         polish.start_compiling(polish_key, self.workload, rows)
         codes, answers = _draw(self.family, state.model, draw_key, rows)
         return polish.polish(polish_key, codes, np.asarray(answers, np.float64), self.workload)

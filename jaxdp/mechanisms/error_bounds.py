@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.mechanisms._candidates import candidate_index, workload_spans
-from jaxdp.queries import MarginalWorkload, marginal_counts
+from jaxdp.queries import MarginalWorkload
+from jaxdp.queries.exact import host_marginal_counts
 from jaxdp.selection.host_rule import HostRule
 from jaxdp.selection.scores import SQRT_2_OVER_PI
 
@@ -29,9 +28,6 @@ class ErrorBounds(NamedTuple):
     supported: np.ndarray
     normalised: np.ndarray
     confidence: float
-
-
-_workload_counts = jax.jit(marginal_counts, static_argnums=1)
 
 
 def bounds_of(
@@ -60,7 +56,7 @@ def bounds_of(
         codes = np.asarray(synthetic)
         if state.compressed is not None:
             codes = np.stack([state.compressed.codes(a)[codes[:, a]] for a in range(codes.shape[1])], 1)
-        synth = np.asarray(_workload_counts(jnp.asarray(codes, jnp.int32), workload), np.float64)
+        synth = host_marginal_counts(codes, workload).astype(np.float64)
         total = float(len(codes))
     index = candidate_index(candidates)
     bounds, supported = [], []

@@ -47,7 +47,7 @@ from jaxdp.families import pgm, polish
 from jaxdp.families.base import ClassShape, Family, Measured
 from jaxdp.families.compression import CompressedDomain, Compression
 from jaxdp.families.graphical import host_measurements
-from jaxdp.keys import Stream, require_key, stream_key
+from jaxdp.keys import Stream, require_key, split_keys, stream_key
 from jaxdp.measurement import measure_on_host
 from jaxdp.mechanisms._candidates import candidate_index, gathered_cells, workload_mask, workload_spans
 from jaxdp.mechanisms._common import private_counts, record_count, require_categorical
@@ -184,9 +184,9 @@ class Annealed:
             public=None,
             n_records=self.n_records if self.relation is Neighboring.REPLACE_ONE else None,
         )
-        cells = jax.device_put(compressed.cell_map(self.candidates))
+        cells = compressed.cell_map(self.candidates)
         n_queries = selection.candidates.n_queries
-        counts = self.counts.map(lambda c: jax.ops.segment_sum(c, cells, n_queries).astype(c.dtype))
+        counts = self.counts.map(_cell_sums, cells, n_queries)
         return Parts(selection, family, counts, workload)
 
     # -- init / step / release ----------------------------------------------------------------
@@ -498,7 +498,7 @@ class Annealed:
             raise ValueError("run the mechanism before releasing (the state holds no fitted model)")
         rows = self.default_rows(state) if rows is None else _checks.positive_int(rows, "rows")
         family = self.parts(state).family
-        model_key, spread_key, polish_key = jax.random.split(key, 3)
+        model_key, spread_key, polish_key = split_keys(key, 3)
         polish.start_compiling(polish_key, self.workload, rows)
         codes = family.release(state.model, model_key, rows)
         if state.compressed is not None:
@@ -593,6 +593,14 @@ class Annealed:
         if synthetic is None:
             answered = self._answers(parts, state.model, workload_mask(rule.candidates, workload))
         return bounds_of(rule, workload, state, confidence, answered=answered, synthetic=synthetic)
+
+
+def _cell_sums(counts: Array, cells: np.ndarray, n_cells: int) -> np.ndarray:
+    """(n_cells,) the sums of `counts` by cell, on the host, where the rounds read them (the
+    selection's scores and the measurements: `noise._host_or_jax`)."""
+    sums = np.zeros(n_cells, np.int64)
+    np.add.at(sums, cells, np.asarray(counts))
+    return sums.astype(counts.dtype)
 
 
 def _class_shape(rule: HostRule) -> ClassShape:

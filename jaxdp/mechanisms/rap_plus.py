@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxdp.domain import DataError, Dataset
 from jaxdp.families.mixed import MixedRows
-from jaxdp.keys import require_key
+from jaxdp.keys import fold_in, require_key
 from jaxdp.mechanisms.adaptive import Adaptive, adaptive
 from jaxdp.mechanisms.query_classes import QueryClass
 from jaxdp.mechanisms.registry import MechanismSpec, register
@@ -211,11 +211,9 @@ def default_classes(
     out = [categorical_marginals(workload, rounds=rounds, per_round=1)]
     if n_numeric:
         labels = [cat_names.index(target)] if target is not None else list(range(len(sizes)))
-        mixed = _target_prefix_queries(jax.random.fold_in(key, 0), sizes, n_numeric, mixed_candidates, labels)
+        mixed = _target_prefix_queries(fold_in(key, 0), sizes, n_numeric, mixed_candidates, labels)
         out.append(mixed_marginals(mixed, rounds=mixed_rounds, per_round=per_round))
-        linear = random_linear_thresholds(
-            jax.random.fold_in(key, 1), sizes, n_numeric, linear_candidates, labels
-        )
+        linear = random_linear_thresholds(fold_in(key, 1), sizes, n_numeric, linear_candidates, labels)
         out.append(linear_thresholds(linear, rounds=linear_rounds, per_round=per_round))
     return out
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.domain import DataError
-from jaxdp.keys import require_key
+from jaxdp.keys import fold_in, require_key
 from jaxdp.queries._chunks import DEFAULT_QUERY_CHUNK, DEFAULT_ROW_CHUNK, sum_over_rows
 from jaxdp.queries.threshold import _check_rows, _leq, _offsets, soft_leq
 from jaxdp.types import Array, Key, pytree_dataclass, static_field
@@ -111,7 +111,7 @@ def _draw_mixed(key, sizes, n_numeric, n_queries, n_cat, n_num):
     size_arr = jnp.asarray(sizes if sizes else (1,), jnp.int32)
 
     def one(q):
-        u = jax.random.uniform(jax.random.fold_in(key, q), (d + n_numeric + n_cat + n_num,))
+        u = jax.random.uniform(fold_in(key, q), (d + n_numeric + n_cat + n_num,))
         ca = jnp.sort(jnp.argsort(u[:d])[:n_cat]).astype(jnp.int32)
         na = jnp.sort(jnp.argsort(u[d : d + n_numeric])[:n_num]).astype(jnp.int32)
         v = u[d + n_numeric :]

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.domain import DataError
-from jaxdp.keys import require_key
+from jaxdp.keys import fold_in, require_key
 from jaxdp.queries._chunks import DEFAULT_QUERY_CHUNK, DEFAULT_ROW_CHUNK, sum_over_rows
 from jaxdp.types import Array, Key, pytree_dataclass, static_field
 
@@ -158,7 +158,7 @@ class RandomLinearThresholds:
         def one(q):
             # One uniform draw per query keeps the regenerated program small and fast: normals by
             # inverse CDF (u >= 2^-24, so never infinite), label and value by floor(u * size).
-            u = jax.random.uniform(jax.random.fold_in(self.key, q), (r + 3,), minval=2.0**-24)
+            u = jax.random.uniform(fold_in(self.key, q), (r + 3,), minval=2.0**-24)
             z = math.sqrt(2.0) * jax.lax.erf_inv(2.0 * u[: r + 1] - 1.0)
             which = jnp.minimum(jnp.floor(u[r + 1] * labels.shape[0]), labels.shape[0] - 1)
             which = which.astype(jnp.int32)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.domain import DataError, Domain
-from jaxdp.keys import require_key
+from jaxdp.keys import fold_in, require_key
 from jaxdp.types import Array, Key, Neighboring, pytree_dataclass, static_field
 
 # Above this many candidate marginals `random_kway` samples subsets directly instead of choosing
@@ -161,7 +161,7 @@ def random_kway(key: Key, sizes: Sequence[int], k: int, m: int) -> MarginalWorkl
         chosen: set[tuple[int, ...]] = set()
         attempt = 0
         while len(chosen) < m:
-            for row in np.asarray(_draw_subsets(jax.random.fold_in(key, attempt), d, k, 2 * m)):
+            for row in np.asarray(_draw_subsets(fold_in(key, attempt), d, k, 2 * m)):
                 chosen.add(tuple(sorted(int(a) for a in row)))
                 if len(chosen) == m:
                     break

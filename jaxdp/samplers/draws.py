@@ -166,8 +166,11 @@ def _choice(key: Key, gaps: Array, eligible: Array, rate: DyadicRate, dyadic: bo
         denominator=rate.denominator,
         shift=rate.shift,
         numerator=rate.numerator,
-        gaps=gaps.astype(jnp.uint32),
-        eligible=jnp.asarray(eligible, bool),
+        gaps=gaps.astype(np.uint32),
+        # host arrays stay NumPy: jnp.asarray would compile a program per shape outside a trace
+        eligible=np.asarray(eligible, bool)
+        if isinstance(eligible, np.ndarray)
+        else jnp.asarray(eligible, bool),
     )
     return _exponential_choice(_Choice(dyadic), params, _consume(key))
 

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxdp._threefry import split_keys
 from jaxdp.types import Array, Key
 
 _WORD = 2**32
@@ -41,7 +42,7 @@ def _consume(key: Key) -> Array:
     as a use of `key`, so a caller that hands one key to two samplers is caught, as with
     `jax.random`'s own samplers), as its raw threefry key data (or, for other key types, the
     split key itself)."""
-    key = jax.random.split(key, 1)[0]
+    key = split_keys(key, 1)[0]
     return jax.random.key_data(key) if str(jax.random.key_impl(key)) == "threefry2x32" else key
 
 

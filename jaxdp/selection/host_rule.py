@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import gdp, noise, samplers
@@ -263,25 +262,23 @@ class HostRule:
         delta_t = self.l1_sensitivity * float(weights[mask].max())
         scale = gumbel_scale(delta_t, rho_select)
         penalty_sigma = sigma if self.noise_penalty else 0.0
-        settings = dict(scale=scale, sensitivity=delta_t, noise=self.noise, mask=jax.device_put(mask))
-        if self.noise == "discrete":  # exact int64 scores on the host (`grid_quality_scores`)
+        settings = dict(scale=scale, sensitivity=delta_t, noise=self.noise)
+        if self.noise == "discrete":  # exact scores on the host (`grid_quality_scores`), kept there
             steps = counts.map(
-                lambda c: jnp.asarray(
-                    grid_quality_scores(
-                        np.asarray(c),
-                        model_counts,
-                        self.candidates,
-                        weights,
-                        mask,
-                        penalty_sigma,
-                        self.l1_sensitivity,
-                    )
+                lambda c: grid_quality_scores(
+                    np.asarray(c),
+                    model_counts,
+                    self.candidates,
+                    weights,
+                    mask,
+                    penalty_sigma,
+                    self.l1_sensitivity,
                 )
             )
-            choice, charge = noise.select_grid(key, steps, **settings)
+            choice, charge = noise.select_grid(key, steps, mask=mask, **settings)
         else:
             scores = counts.map(quality_scores, model_counts, self.candidates, weights, penalty_sigma)
-            choice, charge = noise.select(key, scores, **settings)
+            choice, charge = noise.select(key, scores, mask=jax.device_put(mask), **settings)
         return exponential_selected(choice, charge, self.select_primitive, delta_t, scale)
 
 

@@ -336,6 +336,39 @@ def test_bernoulli_exp_has_power_against_off_by_one(gamma):
         assert stats.binomtest(k, N_POWER, q).pvalue < ALPHA
 
 
+def test_measurements_and_selections_on_host_arrays_are_those_on_jax_arrays():
+    """The host loop hands NumPy counts and scores to `noise` (no program compiled per eager
+    operation): for the same key, the release and its Charge are those of the same values as
+    JAX arrays, bit for bit."""
+    counts = np.arange(-40, 2000, 7, dtype=np.int32)
+    steps = (np.arange(300, dtype=np.int32) * 7919) % 5003 - 2500
+    mask = np.arange(300) % 3 != 0
+    scale = noise.selection_scale(2.0, 1.0, "discrete", exact_scores=True)
+
+    def released(array):
+        with jax.debug_key_reuse(False):  # the same key, once per kind of array
+            key = jax.random.key(31)
+            measured, measure_charge = noise.discrete_gaussian(
+                key, Sensitive(array(counts)), sigma=3.5, sensitivity=1.0
+            )
+            chosen, select_charge = noise.grid_exponential(
+                key, Sensitive(array(steps)), scale=scale, sensitivity=1.0, mask=array(mask)
+            )
+        return np.asarray(measured), int(chosen), measure_charge, select_charge
+
+    host, device = released(np.asarray), released(jnp.asarray)
+    assert isinstance(
+        noise.discrete_gaussian(jax.random.key(1), Sensitive(counts), sigma=1.0, sensitivity=1.0)[0],
+        np.ndarray,
+    )
+    np.testing.assert_array_equal(host[0], device[0])
+    assert host[1] == device[1]
+    for ours, theirs in zip(host[2:], device[2:], strict=True):
+        for field in ("primitive", "sensitivity", "scale", "count"):
+            assert np.asarray(getattr(ours, field)) == np.asarray(getattr(theirs, field))
+            assert np.asarray(getattr(ours, field)).dtype == np.asarray(getattr(theirs, field)).dtype
+
+
 def test_draws_are_deterministic_and_the_same_under_jit_and_vmap():
     """Each sampler (Gaussian, Laplace with a dyadic and a rational t, Bernoulli(exp(-gamma)),
     exponential choice) gives bit-identical draws for a fixed key eagerly, under jit, and for that

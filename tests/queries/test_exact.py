@@ -22,6 +22,7 @@ from jaxdp.queries import (
     record_answers,
     workload_queries,
 )
+from jaxdp.queries.exact import host_marginal_counts
 from jaxdp.types import Neighboring
 from tests.queries import _reference as ref
 
@@ -127,6 +128,17 @@ def test_program_size_does_not_grow_with_the_workload():
         return text.count("stablehlo.scatter")
 
     assert n_scatters(all_kway(sizes, 3)) == n_scatters(from_cliques(sizes, [(0, 1), (2, 3)])) >= 1
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_host_counts_match_brute_force(name):
+    """`host_marginal_counts` (NumPy, for released records) against the loops, exactly."""
+    w = WORKLOADS[name]
+    codes = np.asarray(_codes(57))
+    got = host_marginal_counts(codes, w)
+    np.testing.assert_array_equal(got, ref.marginal_counts(codes, w.sizes, w.cliques))
+    with pytest.raises(ValueError, match="shape"):
+        host_marginal_counts(codes[:, :2], w)
 
 
 def test_repeated_marginals_are_counted_once_and_gathered():
