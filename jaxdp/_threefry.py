@@ -53,15 +53,16 @@ def counter(data: object) -> int | None:
     return int(value)
 
 
-def _hash(words: np.ndarray, high: np.ndarray, low: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Threefry-2x32 of the counter pairs (high[i], low[i]) under the key `words`."""
+def hash_pairs(words, x0, x1):
+    """Threefry-2x32 (20 rounds) of the counter pairs (x0[i], x1[i]) under the key `words`: NumPy
+    uint32 arrays here, JAX arrays in the samplers' programs (`samplers.integers._draw`), where
+    the straight-line code compiles faster than JAX's rolled loop."""
     keys = (words[0], words[1], words[0] ^ words[1] ^ _PARITY)
-    x0, x1 = high + keys[0], low + keys[1]
+    x0, x1 = x0 + keys[0], x1 + keys[1]
     for block in range(5):
         for rotation in _ROTATIONS[block % 2]:
             x0 = x0 + x1
-            x1 = (x1 << np.uint32(rotation)) | (x1 >> np.uint32(32 - rotation))
-            x1 = x0 ^ x1
+            x1 = ((x1 << np.uint32(rotation)) | (x1 >> np.uint32(32 - rotation))) ^ x0
         x0 = x0 + keys[(block + 1) % 3]
         x1 = x1 + keys[(block + 2) % 3] + np.uint32(block + 1)
     return x0, x1
@@ -77,7 +78,7 @@ def fold_in(key: jax.Array, data) -> jax.Array:
     words = None if value is None else host_words(key)
     if words is None:
         return jax.random.fold_in(key, data)
-    x0, x1 = _hash(words, np.zeros(1, np.uint32), np.array([value], np.uint32))
+    x0, x1 = hash_pairs(words, np.zeros(1, np.uint32), np.array([value], np.uint32))
     return _wrap(np.array([x0[0], x1[0]], np.uint32))
 
 
@@ -88,5 +89,5 @@ def split_keys(key: jax.Array, num: int = 2) -> tuple[jax.Array, ...]:
     words = host_words(key)
     if words is None or jax.config.jax_debug_key_reuse:
         return tuple(jax.random.split(key, num))
-    x0, x1 = _hash(words, np.zeros(num, np.uint32), np.arange(num, dtype=np.uint32))
+    x0, x1 = hash_pairs(words, np.zeros(num, np.uint32), np.arange(num, dtype=np.uint32))
     return tuple(_wrap(np.array([a, b], np.uint32)) for a, b in zip(x0, x1, strict=True))

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from jax.extend.random import threefry_2x32
 
 from jaxdp import samplers
+from jaxdp._threefry import hash_pairs
 from jaxdp.samplers import integers, laws, rejection
 
 WORD = 2**32
@@ -127,17 +128,18 @@ def test_divide_by_granlund_montgomery_magic(divisor, numerators):
 
 
 def test_threefry_is_jax_threefry_and_draws_use_both_halves():
-    """_threefry(key, x0, x1) equals jax's threefry2x32 on the counter pairs (x0, x1); a draw of
-    block c is the two halves of threefry2x32(key; (i, c)) for i = 0, 1, ..., and other key
-    types go through jax.random.bits."""
+    """hash_pairs(key, x0, x1) equals jax's threefry2x32 on the counter pairs (x0, x1), on JAX
+    arrays (the samplers' programs) and NumPy ones (keys derived on the host); a draw of block c
+    is the two halves of threefry2x32(key; (i, c)) for i = 0, 1, ..., and other key types go
+    through jax.random.bits."""
     source = integers._consume(jax.random.key(7))
     x0 = jnp.asarray(np.arange(300, dtype=np.uint32) * 977)
     x1 = jnp.full(300, 12345, jnp.uint32)
-    mine = integers._threefry(source, x0, x1)
-    theirs = threefry_2x32(source, jnp.concatenate([x0, x1]))
-    np.testing.assert_array_equal(np.concatenate([np.asarray(m) for m in mine]), np.asarray(theirs))
+    theirs = np.asarray(threefry_2x32(source, jnp.concatenate([x0, x1])))
+    for mine in (hash_pairs(source, x0, x1), hash_pairs(*map(np.asarray, (source, x0, x1)))):
+        np.testing.assert_array_equal(np.concatenate([np.asarray(m) for m in mine]), theirs)
     words = np.asarray(integers._draw(source, jnp.uint32(5), 3, 100))
-    halves = integers._threefry(source, jnp.arange(150, dtype=jnp.uint32), jnp.full(150, 5, jnp.uint32))
+    halves = hash_pairs(source, jnp.arange(150, dtype=jnp.uint32), jnp.full(150, 5, jnp.uint32))
     np.testing.assert_array_equal(words.ravel(), np.concatenate([np.asarray(h) for h in halves]))
     assert not np.array_equal(words, np.asarray(integers._draw(source, jnp.uint32(6), 3, 100)))
     rbg = integers._consume(jax.random.key(7, impl="rbg"))

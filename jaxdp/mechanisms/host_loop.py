@@ -270,6 +270,7 @@ class Annealed:
         their inverse variances); then, with `compression`, the domain compressed by their noisy
         counts (post-processing) and the run's parts rebound."""
         rule = self.selection
+        rule.prefetch()  # compiled while round 0 measures and fits
         ones = rule.opening(stream_key(key, Stream.SELECT))
         sensitivity, sigma = rule.one_way_measurement(state.schedule.sigma, len(ones))
         index = np.concatenate([np.arange(rule.span(i).start, rule.span(i).stop) for i in ones])

@@ -60,6 +60,7 @@ from jaxdp.samplers.draws import (
     exponential_choice,
     exponential_choice_at,
     gaussian_params,
+    prefetch_exponential_choice,
 )
 from jaxdp.samplers.lattices import (
     LAPLACE_CAP,
@@ -87,4 +88,5 @@ __all__ = [
     "gaussian_lattice",
     "gaussian_params",
     "laplace_lattice",
+    "prefetch_exponential_choice",
 ]

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdp._threefry import split_keys
+from jaxdp._threefry import hash_pairs, split_keys
 from jaxdp.types import Array, Key
 
 _WORD = 2**32
@@ -46,23 +46,6 @@ def _consume(key: Key) -> Array:
     return jax.random.key_data(key) if str(jax.random.key_impl(key)) == "threefry2x32" else key
 
 
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
-def _threefry(key: Array, x0: Array, x1: Array) -> tuple[Array, Array]:
-    """Threefry-2x32 (20 rounds), the hash under `jax.random`'s default generator, written out
-    (it equals `jax.extend.random.threefry_2x32`; straight-line code compiles faster than jax's
-    rolled loop)."""
-    keys = (key[0], key[1], key[0] ^ key[1] ^ jnp.uint32(0x1BD11BDA))
-    x0, x1 = x0 + keys[0], x1 + keys[1]
-    for i in range(5):
-        for r in _ROTATIONS[i % 2]:
-            x0 = x0 + x1
-            x1 = ((x1 << r) | (x1 >> (32 - r))) ^ x0
-        x0, x1 = x0 + keys[(i + 1) % 3], x1 + keys[(i + 2) % 3] + jnp.uint32(i + 1)
-    return x0, x1
-
-
 def _draw(source: Array, counter: Array, rows: int, width: int) -> Array:
     """(rows, width) uniform uint32 words: block `counter` of the stream from `_consume`.
 
@@ -74,7 +57,7 @@ def _draw(source: Array, counter: Array, rows: int, width: int) -> Array:
         return jax.random.bits(jax.random.fold_in(source, counter), (rows, width), jnp.uint32)
     n = rows * width
     half = (n + 1) // 2
-    x0, x1 = _threefry(source, lax.iota(jnp.uint32, half), jnp.full(half, counter, jnp.uint32))
+    x0, x1 = hash_pairs(source, lax.iota(jnp.uint32, half), jnp.full(half, counter, jnp.uint32))
     return jnp.concatenate([x0, x1])[:n].reshape(rows, width)
 
 

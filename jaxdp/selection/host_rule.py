@@ -225,6 +225,12 @@ class HostRule:
 
     # -- the selection ----------------------------------------------------------------------
 
+    def prefetch(self) -> None:
+        """Start compiling the selection's sampler in the background (`__call__`'s exact choice
+        among every candidate; a rule that selects otherwise overrides this)."""
+        if self.noise == "discrete":
+            samplers.prefetch_exponential_choice(len(self.candidates.cliques))
+
     def __call__(
         self,
         key: Key,

@@ -236,6 +236,9 @@ class PrivBayesSelection(FixedPlanRule):
         mask[[index[c] for c in self.options(measured)]] = True
         return mask
 
+    def prefetch(self) -> None:
+        """Nothing to compile ahead: this rule's selection is its own."""
+
     def __call__(
         self,
         key: Key,

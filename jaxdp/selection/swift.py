@@ -310,6 +310,9 @@ class SwiftSelection(FixedPlanRule):
             realised = realised.with_charge(PlannedCharge(label, noise.PRIMITIVES[code], sensitivity, scale))
         return realised.check()
 
+    def prefetch(self) -> None:
+        """Nothing to compile ahead: this rule's selection is its own."""
+
     def __call__(
         self,
         key: Key,
