@@ -344,7 +344,8 @@ def discrete_gaussian(
         sensitivity: L2 sensitivity of `counts` under the mechanism's neighbouring relation.
 
     Returns:
-        (int32 noisy counts with the shape of counts, Charge).
+        (int32 noisy counts with the shape of counts, Charge); NumPy counts give NumPy noisy
+        counts (the same draws: the host loop's measurements stay on the host).
 
     Privacy:
         rho = sensitivity^2 / (2 sigma^2) zCDP (Canonne, Kamath & Steinke 2020, Thm. 4 for one
