@@ -161,7 +161,7 @@ def measurement_length(n: int, largest: int) -> int:
 
 def _padded_answers(answers: Array, index: np.ndarray, length: int) -> np.ndarray:
     """(length,) answers[index] on the host, padded with integer zeros (a public constant).
-    On the host, as the measurement's noise is added there (`noise._host_or_jax`)."""
+    On the host, as the measurement's noise is added there (`types.array_module`)."""
     padded = np.zeros(length, answers.dtype)
     padded[: index.size] = np.asarray(answers)[index]
     return padded

@@ -35,7 +35,7 @@ import numpy as np
 from jaxdp import samplers
 from jaxdp.accounting import gaussian_sigma
 from jaxdp.keys import fold_in, require_key, split_keys
-from jaxdp.types import Array, Charge, Key, Sensitive, pytree_dataclass, static_field
+from jaxdp.types import Array, Charge, Key, Sensitive, array_module, pytree_dataclass, static_field
 
 PRIMITIVES = (
     "gaussian",
@@ -164,13 +164,6 @@ def _charge(primitive: str, sensitivity: float, scale: float | Array, count: int
         scale=xp.asarray(scale, np.float32),
         count=np.asarray(count, np.int32),
     )
-
-
-def _host_or_jax(x: object) -> np.ndarray | Array:
-    """`x` as an array, a NumPy one where it is one already: a release made on the host (the
-    host loop's measurements and selections) stays there, where each JAX operation outside a
-    trace would compile a program of its own; arithmetic on integers is the same in both."""
-    return x if isinstance(x, np.ndarray) else jnp.asarray(x)
 
 
 def count_sigma(sensitivity: float, rho: float, noise: str) -> float:
@@ -315,18 +308,14 @@ def gumbel_top_k(
 
 
 def _integer_counts(value: Sensitive, name: str) -> np.ndarray | Array:
-    x = _host_or_jax(_reveal(value, name))
+    x = _reveal(value, name)
+    x = array_module(x).asarray(x)
     if not np.issubdtype(x.dtype, np.integer):
         raise TypeError(
             f"{name} must be integer counts (got dtype {x.dtype}); discrete noise "
             "is added to integers, and fractions are formed after the noise"
         )
     return x.astype(np.int32)
-
-
-def _plus(x: np.ndarray | Array, draws: Array) -> np.ndarray | Array:
-    """`x + draws`, on the host where `x` is there (see `_host_or_jax`)."""
-    return x + np.asarray(draws) if isinstance(x, np.ndarray) else x + draws
 
 
 def discrete_gaussian(
@@ -359,7 +348,7 @@ def discrete_gaussian(
     sigma = _gaussian(sigma, "discrete")
     sensitivity = _static_positive(sensitivity, "sensitivity")
     x = _integer_counts(counts, "counts")
-    noisy = _plus(x, samplers.discrete_gaussian(key, x.shape, sigma.exact))
+    noisy = x + array_module(x).asarray(samplers.discrete_gaussian(key, x.shape, sigma.exact))
     return noisy, _charge("discrete_gaussian", sensitivity, sigma.sigma)
 
 
@@ -417,7 +406,7 @@ def _quantised_gaps(scores: Array, sensitivity: float, mask: Array | None) -> tu
 
 def _grid_gaps(steps: Array, mask: Array | None) -> tuple[Array, Array]:
     """(gaps below the best eligible grid score, eligible) for int32 scores in grid steps."""
-    xp = np if isinstance(steps, np.ndarray) else jnp  # host scores stay there (`_host_or_jax`)
+    xp = array_module(steps)
     clipped = xp.clip(steps, -GRID_LIMIT, GRID_LIMIT)
     eligible = xp.ones(clipped.shape, bool) if mask is None else xp.asarray(mask, bool)
     best = xp.max(xp.where(eligible, clipped, -GRID_LIMIT))
@@ -426,7 +415,8 @@ def _grid_gaps(steps: Array, mask: Array | None) -> tuple[Array, Array]:
 
 
 def _grid_steps(steps: Sensitive, name: str) -> np.ndarray | Array:
-    x = _host_or_jax(_reveal(steps, name))
+    x = _reveal(steps, name)
+    x = array_module(x).asarray(x)
     if x.dtype != jnp.int32:
         raise TypeError(
             f"{name} must be int32 scores in grid steps (got dtype {x.dtype}): only integer scores "

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 Key = jax.Array  # a typed key, as made by jax.random.key / jaxdp.keys.secure_root_key
@@ -207,3 +209,10 @@ class Charge(NamedTuple):
     sensitivity: Array
     scale: Array
     count: Array
+
+
+def array_module(x: object) -> Any:
+    """NumPy for a NumPy array, `jax.numpy` for anything else. Values the host computed stay on
+    the host (the host loop's counts, scores and masks), where each JAX operation outside a trace
+    would compile a program of its own; integer arithmetic is the same in both."""
+    return np if isinstance(x, np.ndarray) else jnp

@@ -19,6 +19,7 @@ from jaxdp._background import Compiler
 from jaxdp.families._sampling import balanced, padded_length, systematic, weyl_step
 from jaxdp.families.pgm import Clique
 from jaxdp.keys import fold_in
+from jaxdp.queries.exact import cell_index
 from jaxdp.types import Array, Key
 
 
@@ -103,7 +104,7 @@ def sample(
         table = np.zeros(shape, np.float32)
         table[:n_groups, :size] = joint
         group = np.full(padded_rows, shape[0] - 1, np.int32)
-        group[:rows] = _cell_index(parents, columns, sizes, rows)
+        group[:rows] = cell_index(parents, columns, sizes, rows)
         column = (fold_in(key, a), jax.device_put(table), jax.device_put(group), np.int32(size))
         if keys[i]:
             width, lag_rows = balanced_shapes[i]
@@ -185,14 +186,6 @@ def _key_weights(keys: list[Clique], sizes, width: int) -> Array:
     return jax.device_put(weights)
 
 
-def _cell_index(attributes: Clique, columns, sizes, rows: int) -> np.ndarray:
-    """(rows,) int64 each record's flat cell over `attributes` (row-major, the first slowest)."""
-    index = np.zeros(rows, np.int64)
-    for b in attributes:
-        index = index * sizes[b] + columns[b]
-    return index
-
-
 def _key_cells(keys, columns, sizes, rows: int, padded_rows: int, width: int) -> np.ndarray:
     """(padded_rows, width) int32 each record's cell of each key, the keys' cells laid out one
     after another; padding records and the `width - len(keys)` padding keys get the cell after
@@ -200,7 +193,7 @@ def _key_cells(keys, columns, sizes, rows: int, padded_rows: int, width: int) ->
     cells = np.zeros((padded_rows, width), np.int64)
     n_cells = 0
     for j, k in enumerate(keys):
-        cells[:rows, j] = n_cells + _cell_index(k, columns, sizes, rows)
+        cells[:rows, j] = n_cells + cell_index(k, columns, sizes, rows)
         n_cells += math.prod(sizes[b] for b in k)
     cells[rows:] = n_cells
     cells[:, len(keys) :] = n_cells

@@ -30,7 +30,7 @@ from jaxdp._jit import BySize
 from jaxdp.families._sampling import FAST_VISIT_ROWS, padded_length
 from jaxdp.keys import fold_in
 from jaxdp.queries import MarginalWorkload
-from jaxdp.queries.exact import host_marginal_counts
+from jaxdp.queries.exact import cell_index, host_marginal_counts
 from jaxdp.types import Array, Key
 
 # passes over every (record, attribute). AIM's records / model on 14-attribute ADULT, seed 0:
@@ -223,10 +223,7 @@ class _Layout:
             zip(self.holding, self.shapes, self.axes, self.starts, strict=True)
         ):
             others = [b for b in self.workload.cliques[i] if b != self.a]
-            sizes = [s for k, s in enumerate(shape) if k != axis]
-            cell = np.zeros(records.shape[0], np.int64)
-            for b, size in zip(others, sizes, strict=True):
-                cell = cell * size + records[:, b]
+            cell = cell_index(others, records.T, self.workload.sizes, records.shape[0])
             base[:, j] = start + cell * shape[axis]
         return base
 

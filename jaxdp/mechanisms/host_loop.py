@@ -598,7 +598,7 @@ class Annealed:
 
 def _cell_sums(counts: Array, cells: np.ndarray, n_cells: int) -> np.ndarray:
     """(n_cells,) the sums of `counts` by cell, on the host, where the rounds read them (the
-    selection's scores and the measurements: `noise._host_or_jax`)."""
+    selection's scores and the measurements: `types.array_module`)."""
     sums = np.zeros(n_cells, np.int64)
     np.add.at(sums, cells, np.asarray(counts))
     return sums.astype(counts.dtype)

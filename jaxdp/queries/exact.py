@@ -29,6 +29,7 @@ a workload): the one-record predicate vmapped over records and queries in bounde
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -193,6 +194,16 @@ def marginal_counts(
     return hist.astype(dtype)
 
 
+def cell_index(attributes: Sequence[int], columns, sizes: Sequence[int], rows: int) -> np.ndarray:
+    """(rows,) int64 each record's flat cell in the marginal on `attributes` (row-major, the first
+    slowest, as `marginal_counts` lays out a marginal), `columns[a]` holding attribute a's codes
+    (NumPy, on the host)."""
+    index = np.zeros(rows, np.int64)
+    for a in attributes:
+        index = index * sizes[a] + columns[a]
+    return index
+
+
 def host_marginal_counts(codes: np.ndarray, workload: MarginalWorkload) -> np.ndarray:
     """(workload.n_queries,) int64 `marginal_counts` of `codes`, counted by NumPy on the host.
 
@@ -203,13 +214,13 @@ def host_marginal_counts(codes: np.ndarray, workload: MarginalWorkload) -> np.nd
     codes = np.asarray(codes)
     if codes.ndim != 2 or codes.shape[1] != len(workload.sizes):
         raise ValueError(f"codes must have shape (n_records, {len(workload.sizes)}), got {codes.shape}")
-    counts = []
-    for clique, cells in zip(workload.cliques, workload.cells, strict=True):
-        cell = np.zeros(codes.shape[0], np.int64)
-        for a in clique:  # row-major over the clique, as `marginal_counts`
-            cell = cell * workload.sizes[a] + codes[:, a]
-        counts.append(np.bincount(cell, minlength=cells))
-    return np.concatenate(counts)
+    columns, rows = codes.T, codes.shape[0]
+    return np.concatenate(
+        [
+            np.bincount(cell_index(clique, columns, workload.sizes, rows), minlength=cells)
+            for clique, cells in zip(workload.cliques, workload.cells, strict=True)
+        ]
+    )
 
 
 def marginal_fractions(

@@ -36,7 +36,7 @@ from jaxdp.samplers.laws import (
     _LaplaceParams,
 )
 from jaxdp.samplers.rejection import IDLE, _commit, _rejection, _slots, _step
-from jaxdp.types import Array, Key
+from jaxdp.types import Array, Key, array_module
 
 # --- public samplers --------------------------------------------------------------------------------
 
@@ -168,10 +168,7 @@ def _choice(key: Key, gaps: Array, eligible: Array, rate: DyadicRate, dyadic: bo
         shift=rate.shift,
         numerator=rate.numerator,
         gaps=gaps.astype(np.uint32),
-        # host arrays stay NumPy: jnp.asarray would compile a program per shape outside a trace
-        eligible=np.asarray(eligible, bool)
-        if isinstance(eligible, np.ndarray)
-        else jnp.asarray(eligible, bool),
+        eligible=array_module(eligible).asarray(eligible, bool),
     )
     source = _consume(key)
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((params, source))):

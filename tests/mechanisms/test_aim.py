@@ -575,6 +575,36 @@ def test_measurements_share_one_padded_length():
     assert measurement_length(cap + 1, 10**6) == 4 * cap
 
 
+def test_a_host_measurement_pads_with_zeros_whatever_the_data(monkeypatch):
+    """The measurement's vector is padded to its public length with zeros: the padding is a
+    constant, so the padded vector's sensitivity is the answers' (`measure_on_host`). Checked on
+    two count vectors that differ everywhere (padding copied from the data would differ)."""
+    from jaxdp import measurement
+    from jaxdp.types import Sensitive
+
+    seen = []
+
+    def recording(key, counts, **kwargs):
+        seen.append(np.array(counts._value))
+        return np.zeros(len(seen[-1]), np.float32), None
+
+    monkeypatch.setattr(measurement.noise_module, "measure_counts", recording)
+    index = np.array([4, 0, 7])
+    for counts in (np.arange(10, dtype=np.int32) + 3, np.arange(10, dtype=np.int32) * 5 + 11):
+        measurement.measure_on_host(
+            jax.random.key(0),
+            Sensitive(counts),
+            index,
+            sigma=1.0,
+            sensitivity=1.0,
+            noise="discrete",
+            largest=20,
+        )
+        assert len(seen[-1]) == measurement.measurement_length(3, 20) > 3
+        np.testing.assert_array_equal(seen[-1][:3], counts[index])
+        assert not seen[-1][3:].any()
+
+
 def test_bad_noise_is_refused():
     data = tiny_dataset()
     with pytest.raises(ValueError, match="noise"):
